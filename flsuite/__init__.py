@@ -1,0 +1,2 @@
+"""flsuite: federated learning experiments on heterogeneous clients."""
+__version__ = "0.1.0"

@@ -1,0 +1,151 @@
+"""The federation's data: each client's training split and every domain's test split.
+
+A `DataSource` (selected in YAML with `class_path`) builds a `FederatedData` for a seed. Everything downstream (the
+round loop, methods, evaluation) only sees `FederatedData`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+class DataError(ValueError):
+    """Bad data input: a missing file or folder, an impossible partition, an empty split."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Samples held in memory: inputs `x` [N, ...] (float) and integer labels `y` [N]."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.x.shape[0] != self.y.shape[0]:
+            raise DataError(f"split has {self.x.shape[0]} inputs but {self.y.shape[0]} labels")
+        if self.y.dtype != torch.int64:
+            object.__setattr__(self, "y", self.y.long())
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def subset(self, index: np.ndarray | torch.Tensor | Sequence[int]) -> Split:
+        index = torch.as_tensor(np.asarray(index), dtype=torch.long)
+        return Split(self.x[index], self.y[index])
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client's local training data."""
+
+    client_id: int
+    domain: str
+    train: Split
+
+
+@dataclass
+class FederatedData:
+    """Clients (index = client id), per-domain test sets, and what models need to know about the inputs."""
+
+    clients: list[ClientData]
+    test: dict[str, Split]
+    num_classes: int
+    classes: tuple[str, ...] = ()
+    description: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.clients:
+            raise DataError("the federation has no clients")
+        for i, c in enumerate(self.clients):
+            if c.client_id != i:
+                raise DataError(f"client ids must be 0..K-1 in order; position {i} holds client {c.client_id}")
+        if not self.test:
+            raise DataError("the federation has no test set")
+        if not self.classes:
+            self.classes = tuple(str(i) for i in range(self.num_classes))
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.clients[0].train.x.shape[1:])
+
+    @property
+    def domains(self) -> list[str]:
+        return list(self.test)
+
+    def class_counts(self) -> np.ndarray:
+        """Samples per client per class, [K, C]."""
+        return np.stack([np.bincount(c.train.y.numpy(), minlength=self.num_classes) for c in self.clients])
+
+    def partition_stats(self) -> dict[str, object]:
+        """Samples per client per class, each client's domain, and test-set sizes (saved with every run)."""
+        counts = self.class_counts()
+        return {
+            "classes": list(self.classes),
+            "clients": [
+                {"client": c.client_id, "domain": c.domain, "num_samples": len(c.train), "per_class": counts[i].tolist()}
+                for i, c in enumerate(self.clients)
+            ],
+            "test": {d: len(s) for d, s in self.test.items()},
+            **self.description,
+        }
+
+
+class DataSource(abc.ABC):
+    """Builds the federation's data deterministically from a seed."""
+
+    @abc.abstractmethod
+    def build(self, seed: int) -> FederatedData: ...
+
+
+class EpochBatches:
+    """Pre-sliced in-memory mini-batches for one client's local fit.
+
+    Iterating yields one item per local epoch: the list of (x, y) batches of that epoch, drawn with `generator`.
+    Lightning therefore runs one `training_step` per epoch and the client module loops over the batches itself,
+    which keeps per-batch framework overhead out of the hot path (DESIGN.md, "Two model families"). With `steps`,
+    a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
+    """
+
+    def __init__(
+        self,
+        split: Split,
+        batch_size: int,
+        generator: torch.Generator,
+        *,
+        epochs: int = 1,
+        steps: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        if len(split) == 0:
+            raise DataError("cannot train on an empty client split")
+        self.split, self.batch_size, self.generator = split, batch_size, generator
+        self.epochs, self.steps, self.drop_last = (1 if steps else epochs), steps, drop_last
+
+    def __len__(self) -> int:
+        return 1
+
+    def _one_pass(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.split)
+        order = torch.randperm(n, generator=self.generator)
+        stop = n - n % self.batch_size if (self.drop_last and n >= self.batch_size) else n
+        return [
+            (self.split.x[idx], self.split.y[idx])
+            for idx in (order[i : i + self.batch_size] for i in range(0, stop, self.batch_size))
+        ]
+
+    def epoch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The batches of the next epoch (or the `steps` batches)."""
+        if self.steps is None:
+            return self._one_pass()
+        batches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        while len(batches) < self.steps:
+            batches.extend(self._one_pass())
+        return batches[: self.steps]
+
+    def __iter__(self) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        yield self.epoch()

@@ -1,0 +1,82 @@
+"""Round checkpoints: everything needed to continue a federation, stored as tensors and plain containers so they load
+with `torch.load(weights_only=True)` (no arbitrary unpickling).
+
+Randomness is derived from (seed, round, client, purpose), so no RNG state needs saving: the round number is enough.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flsuite.federation.task import State, Weights
+
+FORMAT_VERSION = 1
+CHECKPOINT_NAME = "last.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be found or does not fit this run."""
+
+
+@dataclass
+class FederationState:
+    """The whole federation after `round` completed rounds."""
+
+    round: int
+    global_weights: Weights
+    server_state: State
+    client_states: dict[int, State]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    config_yaml: str = ""
+
+
+def save_checkpoint(state: FederationState, path: Path) -> None:
+    """Write atomically (temp file + rename), so a kill mid-write leaves the previous checkpoint intact."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": FORMAT_VERSION,
+        "round": state.round,
+        "global_weights": state.global_weights,
+        "server_state": state.server_state,
+        "client_states": {str(k): v for k, v in state.client_states.items()},
+        "history": state.history,
+        "timings": state.timings,
+        "config_yaml": state.config_yaml,
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint file, or a run folder holding checkpoints/last.pt."""
+    path = Path(path)
+    candidate = path / "checkpoints" / CHECKPOINT_NAME if path.is_dir() else path
+    if not candidate.is_file():
+        raise CheckpointError(f"--resume {path}: no checkpoint found (looked for {candidate})")
+    return candidate
+
+
+def load_checkpoint(path: Path) -> FederationState:
+    path = resolve_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} is not an flsuite checkpoint of format {FORMAT_VERSION}")
+    return FederationState(
+        round=int(payload["round"]),
+        global_weights=payload["global_weights"],
+        server_state=payload["server_state"],
+        client_states={int(k): v for k, v in payload["client_states"].items()},
+        history=list(payload["history"]),
+        timings=list(payload["timings"]),
+        config_yaml=payload.get("config_yaml", ""),
+    )

@@ -1,0 +1,82 @@
+"""Running one client's local training: one `Trainer.fit` of the method's `ClientModule`."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+from torch import nn
+
+from flsuite.data.base import EpochBatches, FederatedData
+from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
+from flsuite.methods.base import Method
+from flsuite.models.heads import ModelSpec
+from flsuite.seeding import torch_generator
+
+
+@dataclass
+class ClientEnvironment:
+    """What stays the same for every client task of a run (an executor ships it to workers once)."""
+
+    data: FederatedData
+    model: ModelSpec
+    method: Method
+    local: LocalTraining
+    seed: int
+
+    def build_model(self) -> nn.Module:
+        return self.model.build(self.data.input_shape, self.data.num_classes)
+
+
+def _quiet_lightning() -> None:
+    """Client fits are many and tiny: no banners ("GPU available…") or dataloader-worker hints per client."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*GPU available but not used.*")
+
+
+def make_trainer(local: LocalTraining, max_epochs: int) -> L.Trainer:
+    """A lean Trainer for one client fit: no logger, checkpointing, progress bar, model summary or sanity check."""
+    return L.Trainer(
+        max_epochs=max_epochs,
+        accelerator=local.accelerator,
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        log_every_n_steps=1_000_000,
+    )
+
+
+def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
+    """Train client `task.client_id` from the global weights and return its result.
+
+    Randomness (model-internal, e.g. dropout, and the batch order) comes from streams derived from the task's seed,
+    so the result does not depend on which worker runs it or in which order.
+    """
+    _quiet_lightning()
+    split = env.data.clients[task.client_id].train
+    torch.manual_seed(task.seed)
+    model = env.build_model()
+    model.load_state_dict(task.global_weights)
+    module = env.method.client_module(model=model, method=env.method, local=env.local, task=task)
+    batches = EpochBatches(
+        split,
+        env.local.batch_size,
+        torch_generator(task.seed, purpose="batches"),
+        epochs=env.local.epochs,
+        steps=env.local.steps,
+        drop_last=env.local.drop_last,
+    )
+    trainer = make_trainer(env.local, max_epochs=batches.epochs)
+    trainer.fit(module, train_dataloaders=batches)
+    return module.result(num_samples=len(split))

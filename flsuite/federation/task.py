@@ -1,0 +1,89 @@
+"""What travels between the server and a client in one round.
+
+A `ClientTask` goes out (global weights, the method's broadcast extras, that client's persisted state); a
+`ClientResult` comes back (new weights, uploaded extras, the client's new state). Client state is plain data, so
+executors stay stateless and a checkpoint captures the whole federation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+#: A model's parameters and buffers, by state-dict name.
+Weights = dict[str, torch.Tensor]
+#: Data a method keeps between rounds: tensors, numbers, strings, and lists/dicts of them (checkpoint-safe).
+State = dict[str, Any]
+
+
+@dataclass
+class LocalTraining:
+    """How every client trains in one round.
+
+    Args:
+        epochs: Local epochs over the client's training set per round (the papers' "local updating rounds" U).
+        steps: If set, exactly this many optimiser steps per round instead of `epochs` (the data is reshuffled and
+            cycled as often as needed).
+        batch_size: Local mini-batch size.
+        optimizer: Local optimiser: "sgd", "adam" or "adamw".
+        lr: Local learning rate.
+        momentum: SGD momentum (ignored by Adam/AdamW).
+        weight_decay: L2 weight decay.
+        drop_last: Drop the last incomplete batch of each epoch.
+        accelerator: Lightning accelerator used inside client fits ("cpu", "gpu", "auto").
+    """
+
+    epochs: int = 1
+    steps: int | None = None
+    batch_size: int = 16
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-5
+    drop_last: bool = False
+    accelerator: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"local.epochs must be >= 1, got {self.epochs}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"local.steps must be >= 1 or null, got {self.steps}")
+        if self.batch_size < 1:
+            raise ValueError(f"local.batch_size must be >= 1, got {self.batch_size}")
+        if self.lr <= 0:
+            raise ValueError(f"local.lr must be > 0, got {self.lr}")
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        """The local optimiser over `params`."""
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+
+
+@dataclass
+class ClientTask:
+    """One client's work order for one round."""
+
+    round: int
+    client_id: int
+    seed: int
+    global_weights: Weights
+    broadcast: dict[str, Any] = field(default_factory=dict)
+    state: State = field(default_factory=dict)
+
+
+@dataclass
+class ClientResult:
+    """What a client sends back after its local fit (plus its new persisted state, which stays client-side)."""
+
+    client_id: int
+    num_samples: int
+    weights: Weights
+    upload: dict[str, Any] = field(default_factory=dict)
+    state: State = field(default_factory=dict)
+    train_loss: float = float("nan")
+    num_steps: int = 0

@@ -1,0 +1,55 @@
+"""Operations on model weights (state dicts) shared by every aggregation method."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from flsuite.federation.task import Weights
+
+
+def clone_weights(weights: Mapping[str, torch.Tensor]) -> Weights:
+    """A detached CPU copy."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+
+
+def weighted_average(weights: Sequence[Mapping[str, torch.Tensor]], coefficients: Sequence[float]) -> Weights:
+    """Σ_k c_k w_k / Σ_k c_k for every floating tensor, computed in float64 and cast back.
+
+    Integer buffers (e.g. BatchNorm's `num_batches_tracked`) are not averaged: the first client's value is kept.
+    """
+    if not weights:
+        raise ValueError("weighted_average needs at least one set of weights")
+    if len(weights) != len(coefficients):
+        raise ValueError(f"{len(weights)} weight sets but {len(coefficients)} coefficients")
+    total = float(sum(coefficients))
+    if total <= 0:
+        raise ValueError(f"aggregation coefficients must sum to a positive number, got {list(coefficients)}")
+    out: Weights = {}
+    for name, first in weights[0].items():
+        if not torch.is_floating_point(first):
+            out[name] = first.detach().clone()
+            continue
+        acc = torch.zeros_like(first, dtype=torch.float64)
+        for w, c in zip(weights, coefficients):
+            acc += w[name].to(torch.float64) * (float(c) / total)
+        out[name] = acc.to(first.dtype)
+    return out
+
+
+def num_bytes(obj: Any) -> int:
+    """Bytes of tensor data in a (nested) payload: what a real deployment would have to send."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(num_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(num_bytes(v) for v in obj)
+    return 0
+
+
+def is_finite(weights: Mapping[str, torch.Tensor]) -> bool:
+    """True when no floating tensor holds NaN or Inf."""
+    return all(bool(torch.isfinite(v).all()) for v in weights.values() if torch.is_floating_point(v))

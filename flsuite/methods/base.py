@@ -1,0 +1,137 @@
+"""The two halves of every FL method.
+
+- `Method` is the server side: it initialises server and client state, says what is broadcast with the global
+  weights, aggregates client results, and may train on the server after aggregation.
+- `ClientModule` is the client side: a `LightningModule` whose fit is one client's local training in one round.
+  Methods change local training by overriding `local_loss` and the optimiser-step hooks, and report back through
+  `upload` and `next_state`.
+
+The round loop (flsuite.federation.loop) calls only these hooks, so it holds no method-specific code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+
+
+class ClientModule(L.LightningModule):
+    """One client's local training in one round, run by `Trainer.fit`.
+
+    Manual optimisation: Lightning calls `training_step` once per local epoch with that epoch's pre-sliced batches
+    (see `flsuite.data.base.EpochBatches`), and the step loops over them. For each batch:
+    `zero_grad → local_loss → backward → before_optimizer_step → optimizer.step → after_optimizer_step`.
+    """
+
+    def __init__(self, model: nn.Module, method: Method, local: LocalTraining, task: ClientTask) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.model = model
+        self.method = method
+        self.local = local
+        self.task = task
+        self._loss_sum = torch.zeros((), dtype=torch.float64)
+        self.num_steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.local.make_optimizer(self.model.parameters())
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # an epoch's list of batches; each batch is moved in training_step
+
+    def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
+        optimizer = self.optimizers()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for x, y in epoch_batches:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.local_loss(x, y)
+            self.manual_backward(loss)
+            self.before_optimizer_step()
+            optimizer.step()
+            self.after_optimizer_step()
+            loss_sum += loss.detach()
+            self.num_steps += 1
+        self._loss_sum += loss_sum.cpu()
+
+    # ---- hooks for methods -----------------------------------------------------------------------------------
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The local objective on one batch; FedAvg: cross-entropy."""
+        return F.cross_entropy(self.model(x), y)
+
+    def before_optimizer_step(self) -> None:
+        """Called after backward, before the optimiser step (e.g. gradient corrections)."""
+
+    def after_optimizer_step(self) -> None:
+        """Called after each optimiser step."""
+
+    def upload(self) -> dict[str, Any]:
+        """Extras sent to the server besides the weights (e.g. prototypes, control-variate deltas)."""
+        return {}
+
+    def next_state(self) -> State:
+        """This client's state for its next round; by default unchanged."""
+        return self.task.state
+
+    # ---- result ----------------------------------------------------------------------------------------------
+    def result(self, num_samples: int) -> ClientResult:
+        """Package the fit's outcome for the server (weights on the CPU)."""
+        weights: Weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        mean_loss = float(self._loss_sum) / max(self.num_steps, 1)
+        return ClientResult(
+            client_id=self.task.client_id,
+            num_samples=num_samples,
+            weights=weights,
+            upload=self.upload(),
+            state=self.next_state(),
+            train_loss=mean_loss,
+            num_steps=self.num_steps,
+        )
+
+
+class Method:
+    """Server side of an FL method. The defaults are FedAvg's: nothing extra is sent or kept, and weights are
+    averaged ∝ client sample count.
+
+    Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need.
+    """
+
+    client_module: ClassVar[type[ClientModule]] = ClientModule
+
+    def init_server_state(self, global_weights: Weights) -> State:
+        """Server-side state kept across rounds (checkpointed)."""
+        return {}
+
+    def init_client_state(self, client_id: int, global_weights: Weights) -> State:
+        """A client's state before its first round (checkpointed)."""
+        return {}
+
+    def broadcast(self, round: int, server_state: State) -> dict[str, Any]:
+        """Extras sent to every sampled client along with the global weights."""
+        return {}
+
+    def aggregation_coefficients(self, results: Sequence[ClientResult]) -> list[float]:
+        """Weights of the clients in the average: their sample counts."""
+        return [float(r.num_samples) for r in results]
+
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+    ) -> tuple[Weights, State]:
+        """New global weights and server state from this round's client results."""
+        from flsuite.federation.weights import weighted_average
+
+        return weighted_average([r.weights for r in results], self.aggregation_coefficients(results)), server_state
+
+    def server_update(self, round: int, global_model: nn.Module, server_state: State) -> dict[str, float]:
+        """Optional server-side training after aggregation, in place on `global_model`; returns metrics to log."""
+        return {}

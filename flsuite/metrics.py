@@ -1,0 +1,88 @@
+"""Metrics, one definition used everywhere (DESIGN.md "Metrics").
+
+- Per-domain top-1 accuracy (%) of the global model on each domain's test set (torchmetrics).
+- `acc_mean`: unweighted mean over domains; `acc_std`: population standard deviation over domains (GGEUR's
+  convention, ddof=0); `acc_std_sample`: sample standard deviation (FKPL's convention, ddof=1; only with ≥ 2 domains).
+- Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from flsuite.data.base import Split
+
+ACC_PREFIX = "acc/"
+
+
+@torch.inference_mode()
+def accuracy(model: nn.Module, split: Split, num_classes: int, batch_size: int = 1024, device: str = "cpu") -> float:
+    """Top-1 accuracy (%) of `model` on `split`."""
+    metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(device)
+    was_training = model.training
+    model.eval()
+    for i in range(0, len(split), batch_size):
+        x = split.x[i : i + batch_size].to(device)
+        metric.update(model(x).argmax(dim=1), split.y[i : i + batch_size].to(device))
+    model.train(was_training)
+    # Exact ratio from the metric's integer counts (its float32 `compute()` would add rounding noise).
+    correct, total = int(metric.tp.sum()), int((metric.tp + metric.fn).sum())
+    return 100.0 * correct / total
+
+
+def domain_summary(per_domain: Mapping[str, float]) -> dict[str, float]:
+    """acc/<domain> for each domain, plus acc_mean, acc_std (population) and acc_std_sample (≥ 2 domains)."""
+    values = np.array(list(per_domain.values()), dtype=np.float64)
+    out = {f"{ACC_PREFIX}{d}": float(v) for d, v in per_domain.items()}
+    out["acc_mean"] = float(values.mean())
+    out["acc_std"] = float(values.std(ddof=0))
+    if len(values) > 1:
+        out["acc_std_sample"] = float(values.std(ddof=1))
+    return out
+
+
+def evaluate(model: nn.Module, test: Mapping[str, Split], num_classes: int, device: str = "cpu") -> dict[str, float]:
+    """Per-domain accuracy of the global model and the cross-domain summary."""
+    return domain_summary({d: accuracy(model, s, num_classes, device=device) for d, s in test.items()})
+
+
+def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None) -> dict[str, object]:
+    """Final numbers from the per-round records that carry accuracy.
+
+    `last{k}/<metric>` averages each accuracy metric over the last k evaluated rounds (per-domain accuracies,
+    acc_mean; and acc_std/acc_std_sample as the mean of the per-round values, GGEUR's "average of the last five
+    rounds' accuracy and variance"). `best/acc_mean` and its round; `last/<metric>`; `rounds_to_target` (first
+    round whose acc_mean reaches `target_acc`, or None).
+    """
+    evaluated = [r for r in history if "acc_mean" in r]
+    if not evaluated:
+        return {}
+    keys = [k for k in evaluated[-1] if k.startswith(ACC_PREFIX) or k.startswith("acc_")]
+    tail = evaluated[-last_k:]
+    out: dict[str, object] = {f"last{last_k}/{k}": float(np.mean([float(r[k]) for r in tail])) for k in keys}
+    out.update({f"last/{k}": float(evaluated[-1][k]) for k in keys})
+    best = max(evaluated, key=lambda r: float(r["acc_mean"]))
+    out["best/acc_mean"] = float(best["acc_mean"])
+    out["best/round"] = int(best["round"])
+    if target_acc is not None:
+        reached = [int(r["round"]) for r in evaluated if float(r["acc_mean"]) >= target_acc]
+        out["rounds_to_target"] = reached[0] if reached else None
+        out["target_acc"] = target_acc
+    return out
+
+
+def domain_table(summary: Mapping[str, object], domains: Sequence[str], last_k: int = 5) -> str:
+    """A Markdown table: one row per statistic (last-k average, last, best-round mean) and a column per domain."""
+    header = "| | " + " | ".join(domains) + " | AVG | STD |"
+    rule = "|---" * (len(domains) + 3) + "|"
+    rows = [header, rule]
+    for label, prefix in ((f"last-{last_k} avg", f"last{last_k}/"), ("last round", "last/")):
+        cells = [f"{float(summary[f'{prefix}{ACC_PREFIX}{d}']):.2f}" for d in domains]
+        cells += [f"{float(summary[f'{prefix}acc_mean']):.2f}", f"{float(summary[f'{prefix}acc_std']):.2f}"]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)

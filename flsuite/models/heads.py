@@ -1,0 +1,78 @@
+"""Trainable models, selected in YAML with `class_path`. Each spec builds a fresh `nn.Module` for the data's input
+shape and class count, so one config works on any dataset."""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+
+from torch import nn
+
+
+class ModelSpec(abc.ABC):
+    """Builds the federation's model for an input shape (without the batch dimension) and a number of classes."""
+
+    @abc.abstractmethod
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module: ...
+
+
+class Linear(ModelSpec):
+    """A linear head Linear(p → C) over feature vectors (GGEUR's "single-layer MLP"; inputs are flattened)."""
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+
+
+class MLP(ModelSpec):
+    """An MLP head over feature vectors.
+
+    Args:
+        hidden: Widths of the hidden layers.
+        dropout: Dropout probability after each hidden layer.
+    """
+
+    def __init__(self, hidden: Sequence[int] = (256,), dropout: float = 0.0) -> None:
+        self.hidden, self.dropout = list(hidden), dropout
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = math.prod(input_shape)
+        for h in self.hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            if self.dropout:
+                layers.append(nn.Dropout(self.dropout))
+            width = h
+        layers.append(nn.Linear(width, num_classes))
+        return nn.Sequential(*layers)
+
+
+class SmallCNN(ModelSpec):
+    """A small CNN for images of any size: conv(3×3)-BN-ReLU blocks, max-pooling between them (while the image is
+    at least 4 px), global average pooling, then a hidden FC layer.
+
+    Args:
+        channels: Output channels of each convolutional block.
+        hidden: Width of the FC layer before the classifier.
+        batch_norm: Use BatchNorm after each convolution (its statistics are averaged like weights).
+    """
+
+    def __init__(self, channels: Sequence[int] = (32, 64), hidden: int = 128, batch_norm: bool = True) -> None:
+        self.channels, self.hidden, self.batch_norm = list(channels), hidden, batch_norm
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        if len(input_shape) != 3:
+            raise ValueError(f"SmallCNN needs image inputs [C, H, W], got input shape {list(input_shape)}")
+        in_ch, size = input_shape[0], min(input_shape[1:])
+        layers: list[nn.Module] = []
+        for out_ch in self.channels:
+            layers += [nn.Conv2d(in_ch, out_ch, 3, padding=1, bias=not self.batch_norm)]
+            if self.batch_norm:
+                layers.append(nn.BatchNorm2d(out_ch))
+            layers.append(nn.ReLU())
+            if size >= 4:
+                layers.append(nn.MaxPool2d(2))
+                size //= 2
+            in_ch = out_ch
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_ch, self.hidden), nn.ReLU(), nn.Linear(self.hidden, num_classes)]
+        return nn.Sequential(*layers)

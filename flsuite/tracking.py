@@ -1,0 +1,203 @@
+"""Run outputs: the local run folder (always) and one W&B run per federation (offline when no API key is set).
+
+Named `tracking` rather than `logging` so that it never shadows the standard library's module.
+
+Run folder layout:
+    config.yaml       resolved config (written by the CLI)      environment.json  seed, versions, command line
+    partition.json    samples per client per class               partition.png     its heat-map
+    metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
+    summary.json      final numbers                              results.md        per-domain table
+    convergence.png   accuracy per round                         checkpoints/last.pt
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import secrets
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging.
+
+    Args:
+        enabled: Log to W&B at all (the local run folder is always written).
+        mode: "auto" = online when an API key is configured (WANDB_API_KEY or `wandb login`), else offline;
+            "online" and "offline" force it. The WANDB_MODE environment variable, when set, wins.
+        project: W&B project.
+        entity: W&B entity (team or user); null for the default.
+        tags: Tags added to the run.
+    """
+
+    enabled: bool = True
+    mode: Literal["auto", "online", "offline"] = "auto"
+    project: str = "flsuite"
+    entity: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+def _resolve_wandb_mode(mode: str) -> str:
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if mode != "auto":
+        return mode
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        has_key = netrc.is_file() and "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        has_key = False
+    return "online" if has_key else "offline"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=float))
+    os.replace(tmp, path)
+
+
+def environment_info(seed: int) -> dict[str, Any]:
+    """What is needed to reproduce a run besides its config."""
+    import lightning
+    import torch
+
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__, "lightning": lightning.__version__, "numpy": np.__version__}
+    try:
+        from importlib.metadata import version
+
+        versions["flsuite"] = version("flsuite")
+    except Exception:  # running from a source tree that is not installed
+        versions["flsuite"] = "source"
+    return {"seed": seed, "versions": versions, "platform": platform.platform(), "argv": sys.argv}
+
+
+class Tracker:
+    """Writes the run folder and mirrors metrics to W&B (x-axis = round)."""
+
+    def __init__(self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.wandb_run = None
+        if wandb_cfg.enabled:
+            self.wandb_run = self._init_wandb(wandb_cfg, group, config)
+
+    def _init_wandb(self, cfg: WandbConfig, group: str, config: Mapping[str, Any]):
+        import wandb
+
+        mode = _resolve_wandb_mode(cfg.mode)
+        id_file = self.run_dir / "wandb_id.txt"
+        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
+        id_file.write_text(run_id)
+        kwargs = dict(
+            project=cfg.project, entity=cfg.entity, group=group, name=self.run_dir.name, tags=list(cfg.tags),
+            config=dict(config), dir=str(self.run_dir), id=run_id, resume="allow",
+        )
+        try:
+            run = wandb.init(mode=mode, **kwargs)
+        except Exception as err:  # no network, bad key: keep the experiment going, offline
+            if mode == "offline":
+                raise
+            log.warning("W&B online init failed (%s); logging offline instead", err)
+            run = wandb.init(mode="offline", **kwargs)
+        run.define_metric("round")
+        run.define_metric("*", step_metric="round")
+        return run
+
+    # ---- per run ---------------------------------------------------------------------------------------------
+    def log_partition(self, stats: Mapping[str, Any]) -> None:
+        write_json(self.run_dir / "partition.json", stats)
+        png = self.run_dir / "partition.png"
+        plot_partition(stats, png)
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.log({"partition": wandb.Image(str(png)), "round": 0})
+
+    def log_round(self, record: Mapping[str, Any], timing: Mapping[str, Any]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        with open(self.run_dir / "timings.jsonl", "a") as f:
+            f.write(json.dumps(timing) + "\n")
+        if self.wandb_run is not None:
+            scalars = {k: v for k, v in {**record, **timing}.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            self.wandb_run.log(scalars)
+
+    def rewrite_history(self, history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> None:
+        """On resume: the files hold exactly the checkpointed rounds (a killed run may have logged more)."""
+        (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+        (self.run_dir / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
+
+    def finish(self, summary: Mapping[str, Any], table: str, history: Sequence[Mapping[str, Any]], domains: Sequence[str]) -> None:
+        write_json(self.run_dir / "summary.json", summary)
+        (self.run_dir / "results.md").write_text(table + "\n")
+        plot_convergence(history, domains, self.run_dir / "convergence.png")
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.summary.update({k: v for k, v in summary.items() if v is not None})
+            rows = [[d, summary.get(f"last5/acc/{d}"), summary.get(f"last/acc/{d}")] for d in domains]
+            self.wandb_run.log({"final_per_domain": wandb.Table(columns=["domain", "last5_avg", "last"], data=rows)})
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+    def close(self) -> None:
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def plot_partition(stats: Mapping[str, Any], path: Path) -> None:
+    """Heat-map of samples per client (rows) per class (columns)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = np.array([c["per_class"] for c in stats["clients"]])
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * counts.shape[1] + 2), max(2.5, 0.3 * counts.shape[0] + 1.5)))
+    im = ax.imshow(counts, aspect="auto", cmap="viridis")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_yticks(range(counts.shape[0]), [f"{c['client']} ({c['domain']})" for c in stats["clients"]], fontsize=7)
+    fig.colorbar(im, ax=ax, label="samples")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_convergence(history: Sequence[Mapping[str, Any]], domains: Sequence[str], path: Path) -> None:
+    """Accuracy per round: every domain and the mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evaluated = [r for r in history if "acc_mean" in r]
+    if not evaluated:
+        return
+    rounds = [r["round"] for r in evaluated]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if len(domains) > 1:
+        for d in domains:
+            ax.plot(rounds, [r[f"acc/{d}"] for r in evaluated], lw=1, alpha=0.7, label=d)
+    ax.plot(rounds, [r["acc_mean"] for r in evaluated], lw=2, color="black", label="mean")
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
