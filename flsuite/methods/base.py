@@ -50,7 +50,9 @@ class ClientModule(L.LightningModule):
         return batch  # an epoch's list of batches; each batch is moved in training_step
 
     def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
-        optimizer = self.optimizers()
+        # The raw torch optimiser: no per-step Lightning wrapper work. Correct because client Trainers run in
+        # 32-bit precision (make_trainer); a 16-mixed precision plugin would need its GradScaler step here.
+        optimizer = self.optimizers().optimizer
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for x, y in epoch_batches:
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
