@@ -1,13 +1,21 @@
-"""Partition protocols: which training samples each client holds. Every function is seeded through `rng`.
+"""Partition protocols: which training samples each client holds. Everything is seeded through `rng`.
 
-Each returns a list of index arrays, one per client; together they cover the input exactly once.
+The functions return a list of index arrays, one per client; together they cover the input exactly once. The
+`Partitioner` classes below wrap them as config-selectable protocols over several domains.
 """
 
 from __future__ import annotations
 
+import abc
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import numpy as np
 
 from flsuite.data.base import DataError
+
+log = logging.getLogger(__name__)
 
 
 def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -64,3 +72,291 @@ def train_test_split_indices(num_samples: int, test_fraction: float, rng: np.ran
     order = rng.permutation(num_samples)
     n_test = int(round(num_samples * test_fraction))
     return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Config-selectable partition protocols (chosen in YAML with `class_path` + `init_args`).
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ClientIndices:
+    """One client's share: sorted int64 indices into the TRAIN split of `domain`."""
+
+    domain: str
+    indices: np.ndarray
+
+    def __post_init__(self) -> None:
+        indices = np.asarray(self.indices)
+        if indices.ndim != 1:
+            raise DataError(f"client indices of domain {self.domain!r} must be 1-D, got shape {indices.shape}")
+        object.__setattr__(self, "indices", np.sort(indices.astype(np.int64, copy=False)))
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+
+class Partitioner(abc.ABC):
+    """Decides which training samples of which domain each client holds."""
+
+    @abc.abstractmethod
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        """Clients' shares, given each domain's training labels (domains in order); every draw comes from `rng`."""
+
+
+def drop_empty_clients(clients: list[ClientIndices]) -> tuple[list[ClientIndices], int]:
+    """Remove clients holding no samples (e.g. Dirichlet with a tiny β); log which, and return how many were dropped."""
+    kept = [c for c in clients if len(c) > 0]
+    dropped = [(c.domain, i) for i, c in enumerate(clients) if len(c) == 0]
+    if dropped:
+        where = ", ".join(f"(domain {d!r}, position {i})" for d, i in dropped)
+        log.warning("dropped %d empty client(s) of %d: %s", len(dropped), len(clients), where)
+    return kept, len(dropped)
+
+
+def _check_num_clients(num_clients: int, name: str = "num_clients") -> None:
+    if isinstance(num_clients, bool) or not isinstance(num_clients, int | np.integer) or num_clients < 1:
+        raise DataError(f"{name} must be an integer >= 1, got {num_clients!r}")
+
+
+def _check_beta(beta: float) -> None:
+    if not beta > 0 or not np.isfinite(beta):
+        raise DataError(f"beta (Dirichlet concentration) must be a finite number > 0, got {beta!r}")
+
+
+def _check_min_per_class(min_per_class: int) -> None:
+    if isinstance(min_per_class, bool) or not isinstance(min_per_class, int | np.integer) or min_per_class < 0:
+        raise DataError(f"min_per_class must be an integer >= 0, got {min_per_class!r}")
+
+
+def _labels(train_labels: Mapping[str, np.ndarray], num_classes: int) -> dict[str, np.ndarray]:
+    """Each domain's labels as a 1-D int64 array, checked against `num_classes`."""
+    if not train_labels:
+        raise DataError("no domains to partition (train_labels is empty)")
+    if num_classes < 1:
+        raise DataError(f"num_classes must be >= 1, got {num_classes}")
+    out: dict[str, np.ndarray] = {}
+    for domain, labels in train_labels.items():
+        y = np.asarray(labels)
+        if y.ndim != 1:
+            raise DataError(f"labels of domain {domain!r} must be 1-D, got shape {y.shape}")
+        if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes):
+            raise DataError(
+                f"labels of domain {domain!r} must be integers in [0, {num_classes}), got values {np.unique(y)[:10]}..."
+            )
+        out[domain] = y.astype(np.int64, copy=False)
+    return out
+
+
+def _single_domain(train_labels: Mapping[str, np.ndarray], protocol: str) -> str:
+    domains = list(train_labels)
+    if len(domains) != 1:
+        raise DataError(
+            f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; "
+            "use DomainSkew for multi-domain data"
+        )
+    return domains[0]
+
+
+def _check_enough_samples(domain: str, num_samples: int, num_clients: int) -> None:
+    if num_clients > num_samples:
+        raise DataError(
+            f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients "
+            "(more clients than samples)"
+        )
+
+
+def _check_min_per_class_possible(
+    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, min_per_class: int
+) -> None:
+    if min_per_class == 0:
+        return
+    counts = np.bincount(labels, minlength=num_classes)
+    need = min_per_class * num_clients
+    for c in range(num_classes):
+        if counts[c] < need:
+            raise DataError(
+                f"min_per_class={min_per_class} is impossible in domain {domain!r}: class {c} has {counts[c]} samples, "
+                f"but {num_clients} clients × {min_per_class} = {need} are needed"
+            )
+
+
+def _label_skew(
+    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, beta: float, min_per_class: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    _check_enough_samples(domain, len(labels), num_clients)
+    _check_min_per_class_possible(domain, labels, num_classes, num_clients, min_per_class)
+    return dirichlet_partition(labels, num_clients, beta, rng, min_per_class=min_per_class)
+
+
+class IID(Partitioner):
+    """Uniform random near-equal split of a single domain's training data (the IID reference setting).
+
+    Args:
+        num_clients: Number of clients (>= 1).
+    """
+
+    def __init__(self, num_clients: int = 10) -> None:
+        _check_num_clients(num_clients)
+        self.num_clients = int(num_clients)
+
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        labels = _labels(train_labels, num_classes)
+        domain = _single_domain(labels, "IID")
+        _check_enough_samples(domain, len(labels[domain]), self.num_clients)
+        return [ClientIndices(domain, part) for part in iid_partition(len(labels[domain]), self.num_clients, rng)]
+
+
+class Dirichlet(Partitioner):
+    """Label skew on a single domain (GGEUR App. B, CIFAR / Tiny-ImageNet: 10 clients): for each class c,
+    proportions p_c ~ Dir(β·1_K) split that class's samples over the K clients. Smaller β means more skew.
+
+    Args:
+        num_clients: Number of clients K (>= 1).
+        beta: Dirichlet concentration β (> 0); GGEUR names 0.01, 0.03, 0.05 for CIFAR-100.
+        min_per_class: Samples of every class each client gets before the Dirichlet split (official GGEUR code: 1).
+    """
+
+    def __init__(self, num_clients: int = 10, beta: float = 0.5, min_per_class: int = 0) -> None:
+        _check_num_clients(num_clients)
+        _check_beta(beta)
+        _check_min_per_class(min_per_class)
+        self.num_clients, self.beta, self.min_per_class = int(num_clients), float(beta), int(min_per_class)
+
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        labels = _labels(train_labels, num_classes)
+        domain = _single_domain(labels, "Dirichlet")
+        parts = _label_skew(domain, labels[domain], num_classes, self.num_clients, self.beta, self.min_per_class, rng)
+        return [ClientIndices(domain, part) for part in parts]
+
+
+class DomainSkew(Partitioner):
+    """Domain skew: each client holds data of one domain.
+
+    Each domain keeps a uniformly random `fraction` of its training split (GGEUR App. B: Digits 0.1, Office-Caltech
+    and PACS 0.3, one client per domain; `round(fraction·n)`, at least 1 sample), which is divided among that
+    domain's clients: IID, or Dirichlet(β) label skew inside the domain when `beta` is set. Clients come domain by
+    domain in the data's domain order. FKPL/FPL put different numbers of clients on different domains: pass a mapping
+    (FPL's "20% per client" with k clients on a domain is fraction = 0.2·k here, since `fraction` is per domain).
+
+    Args:
+        fraction: Fraction of each domain's training split handed out, in (0, 1].
+        clients_per_domain: Clients per domain: one number for all domains, or a mapping naming every domain.
+        beta: Dirichlet concentration for label skew among a domain's clients (> 0); null for an IID split.
+        min_per_class: With beta set, samples of every class each client gets before the Dirichlet split.
+    """
+
+    def __init__(
+        self,
+        fraction: float = 1.0,
+        clients_per_domain: int | dict[str, int] = 1,
+        beta: float | None = None,
+        min_per_class: int = 0,
+    ) -> None:
+        if not 0 < fraction <= 1:
+            raise DataError(f"fraction must be in (0, 1], got {fraction!r}")
+        if isinstance(clients_per_domain, Mapping):
+            if not clients_per_domain:
+                raise DataError("clients_per_domain mapping is empty; name every domain with its number of clients")
+            for domain, count in clients_per_domain.items():
+                _check_num_clients(count, f"clients_per_domain[{domain!r}]")
+            clients_per_domain = {str(d): int(k) for d, k in clients_per_domain.items()}
+        else:
+            _check_num_clients(clients_per_domain, "clients_per_domain")
+            clients_per_domain = int(clients_per_domain)
+        if beta is not None:
+            _check_beta(beta)
+        _check_min_per_class(min_per_class)
+        if min_per_class and beta is None:
+            raise DataError(
+                f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0"
+            )
+        self.fraction, self.clients_per_domain = float(fraction), clients_per_domain
+        self.beta, self.min_per_class = (None if beta is None else float(beta)), int(min_per_class)
+
+    def clients_of(self, domains: list[str]) -> dict[str, int]:
+        """The number of clients on each domain, checking that a mapping names exactly `domains`."""
+        if isinstance(self.clients_per_domain, int):
+            return {d: self.clients_per_domain for d in domains}
+        missing = [d for d in domains if d not in self.clients_per_domain]
+        extra = [d for d in self.clients_per_domain if d not in domains]
+        if missing or extra:
+            raise DataError(
+                f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}"
+            )
+        return {d: self.clients_per_domain[d] for d in domains}
+
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        labels = _labels(train_labels, num_classes)
+        counts = self.clients_of(list(labels))
+        clients: list[ClientIndices] = []
+        for domain, y in labels.items():
+            if len(y) == 0:
+                raise DataError(f"domain {domain!r} has no training samples")
+            kept = max(1, round(self.fraction * len(y)))
+            _check_enough_samples(domain, kept, counts[domain])
+            chosen = np.sort(rng.choice(len(y), size=kept, replace=False))
+            if self.beta is None:
+                parts = iid_partition(kept, counts[domain], rng)
+            else:
+                parts = _label_skew(domain, y[chosen], num_classes, counts[domain], self.beta, self.min_per_class, rng)
+            clients.extend(ClientIndices(domain, chosen[part]) for part in parts)
+        return clients
+
+
+class LabelDomainSkew(Partitioner):
+    """Office-Home-LDS (GGEUR App. B): label and domain skew together, one client per domain.
+
+    A D×C coefficient matrix P is drawn with each column c ~ Dir(β·1_D) (so columns sum to 1; official code
+    `dirichlet([β]*D, C).T`); client d keeps the first ⌊P[d,c]·n_train(d,c)⌋ of a random permutation of domain d's
+    class-c training indices. GGEUR Table 7 uses β = 0.1; Figs 7 and 9 sweep 0.1 to 5.
+
+    Args:
+        beta: Dirichlet concentration β (> 0) of each class's split over the domains.
+    """
+
+    def __init__(self, beta: float = 0.1) -> None:
+        _check_beta(beta)
+        self.beta = float(beta)
+
+    def coefficients(self, num_domains: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+        """The D×C coefficient matrix P; column c ~ Dir(β·1_D). `split` draws it first from its `rng`."""
+        return rng.dirichlet(np.full(num_domains, self.beta), size=num_classes).T
+
+    def split_with_coefficients(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> tuple[list[ClientIndices], np.ndarray]:
+        """The clients and the coefficient matrix P they were cut with (to record with the run)."""
+        labels = _labels(train_labels, num_classes)
+        p = self.coefficients(len(labels), num_classes, rng)
+        clients: list[ClientIndices] = []
+        for d, (domain, y) in enumerate(labels.items()):
+            parts = []
+            for c in range(num_classes):
+                idx = rng.permutation(np.flatnonzero(y == c))
+                parts.append(idx[: int(np.floor(p[d, c] * len(idx)))])
+            clients.append(ClientIndices(domain, np.concatenate(parts)))
+        return clients, p
+
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        return self.split_with_coefficients(train_labels, num_classes, rng)[0]
+
+
+class Centralised(Partitioner):
+    """One client holding the whole training split (linear probes; "FedAvg with 1 client" sanity checks).
+
+    Single-domain only: for several domains, pool them into one domain in the data source, or use
+    DomainSkew(clients_per_domain=1) for one client per domain.
+    """
+
+    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+        labels = _labels(train_labels, num_classes)
+        domains = list(labels)
+        if len(domains) != 1:
+            raise DataError(
+                f"Centralised holds a single domain, but the data has {len(domains)} domains {domains}; pool them into "
+                "one domain in the data source, or use DomainSkew(clients_per_domain=1) for one client per domain"
+            )
+        domain = domains[0]
+        _check_enough_samples(domain, len(labels[domain]), 1)
+        return [ClientIndices(domain, np.arange(len(labels[domain]), dtype=np.int64))]
