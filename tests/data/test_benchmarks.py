@@ -1,0 +1,120 @@
+"""The Benchmark data source: folders → splits → partition → pixels or cached features, with no test leakage."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from flsuite.data.base import DataError
+from flsuite.data.benchmarks import Benchmark
+from flsuite.data.partition import DomainSkew, LabelDomainSkew
+from flsuite.models.encoders import FrozenEncoder
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DOMAINS = {"amazon": "amazon", "caltech": "caltech10", "dslr": "dslr", "webcam": "webcam"}  # canonical → folder
+
+
+@pytest.fixture(scope="module")
+def office_folder(tmp_path_factory) -> Path:
+    """A tiny Office-Caltech-10 look-alike: folder names as one real copy spells them, unique random images."""
+    from flsuite.data.image_folder import OFFICE_CALTECH10_CLASSES
+
+    root = tmp_path_factory.mktemp("office")
+    rng = np.random.default_rng(0)
+    for folder in DOMAINS.values():
+        for cls in OFFICE_CALTECH10_CLASSES:
+            d = root / folder / ("back_pack" if cls == "backpack" else cls)
+            d.mkdir(parents=True)
+            for i in range(int(rng.integers(6, 12))):
+                Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    return root
+
+
+def _rows(x: torch.Tensor) -> set[str]:
+    return {hashlib.blake2b(r.numpy().tobytes(), digest_size=16).hexdigest() for r in x}
+
+
+def test_no_test_image_is_in_any_clients_training_set(office_folder):
+    data = Benchmark("office_caltech10", root=office_folder, partition=DomainSkew(clients_per_domain=2), image_size=12).build(seed=0)
+    assert len(data.clients) == 8 and list(data.test) == list(DOMAINS)
+    train_rows = set().union(*(_rows(c.train.x) for c in data.clients))
+    for domain, test in data.test.items():
+        assert not (_rows(test.x) & train_rows), f"test images of {domain} leaked into training"
+    # complete: with fraction 1 every image is in exactly one of train/test
+    n_images = sum(1 for _ in office_folder.rglob("*.png"))
+    assert sum(len(c.train) for c in data.clients) + sum(len(t) for t in data.test.values()) == n_images
+
+
+def test_build_is_deterministic_per_seed(office_folder):
+    source = Benchmark("office_caltech10", root=office_folder, partition=DomainSkew(fraction=0.5), image_size=12)
+    a, b, c = source.build(1), source.build(1), source.build(2)
+    assert all(torch.equal(x.train.x, y.train.x) for x, y in zip(a.clients, b.clients))
+    assert not all(torch.equal(x.train.y, y.train.y) and len(x.train) == len(y.train) for x, y in zip(a.clients, c.clients))
+
+
+def test_label_and_domain_skew_partition(office_folder):
+    data = Benchmark("office_caltech10", root=office_folder, partition=LabelDomainSkew(beta=0.1), image_size=12).build(seed=0)
+    assert [c.domain for c in data.clients] == list(DOMAINS)
+    assert data.class_counts().sum() > 0
+
+
+class CountingEncoder(FrozenEncoder):
+    """A tiny deterministic encoder that counts its forward calls."""
+
+    embed_dim = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(3, 4)
+        self.calls = 0
+        self._freeze()
+
+    def config_key(self) -> dict[str, str]:
+        return {"encoder": "counting"}
+
+    def preprocess(self, images_uint8: torch.Tensor) -> torch.Tensor:
+        return images_uint8.float().mean(dim=(2, 3)) / 255.0
+
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.proj(pixels)
+
+
+def test_features_are_cached_between_builds(office_folder, tmp_path):
+    encoder = CountingEncoder()
+    source = Benchmark("office_caltech10", root=office_folder, encoder=encoder, cache_dir=tmp_path / "cache", image_size=12)
+    first = source.build(seed=0)
+    assert encoder.calls > 0 and first.input_shape == (4,)
+    calls = encoder.calls
+    second = source.build(seed=0)
+    assert encoder.calls == calls, "the second build should read every embedding from the cache"
+    assert all(torch.equal(a.train.x, b.train.x) for a, b in zip(first.clients, second.clients))
+
+
+def test_unknown_suite_and_domain_are_named():
+    with pytest.raises(DataError, match="unknown suite 'digitz'"):
+        Benchmark("digitz")
+    with pytest.raises(DataError, match=r"no domain\(s\) \['mnistt'\]"):
+        Benchmark("digits_offline", domains=["mnistt"])
+
+
+def test_missing_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        Benchmark("pacs", root=tmp_path / "nowhere").build(0)
+
+
+@pytest.mark.skipif(not (SHARED / "usps" / "usps.mat").is_file(), reason="shared USPS file absent")
+def test_digits_offline_suite_with_paper_fractions():
+    pytest.importorskip("pureml")
+    source = Benchmark(
+        "digits_offline", root=SHARED, partition=DomainSkew(fraction=0.1), syn_samples=(500, 200), max_test_per_domain=300
+    )
+    data = source.build(seed=0)
+    sizes = {c.domain: len(c.train) for c in data.clients}
+    assert sizes["mnist"] == 6000 and sizes["usps"] == 729  # 10% of 60,000 and of 7,291
+    assert data.input_shape == (3, 32, 32) and all(len(t) <= 300 for t in data.test.values())

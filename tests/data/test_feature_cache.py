@@ -1,0 +1,182 @@
+"""Feature extraction: batching, on-disk cache hits/misses, corrupted entries."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from flsuite.data.feature_cache import extract_features
+from flsuite.models.encoders import FrozenEncoder, TorchvisionBackbone, prepare_images
+
+
+class CountingEncoder(FrozenEncoder):
+    """Tiny conv encoder with BatchNorm (train-mode BN would break batching invariance)."""
+
+    def __init__(self, seed: int = 0, embed_dim: int = 6) -> None:
+        super().__init__("cpu")
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 4, 3),
+            nn.BatchNorm2d(4),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(4, embed_dim),
+        )
+        with torch.no_grad():
+            self.net[1].running_mean.uniform_(-0.5, 0.5)
+            self.net[1].running_var.uniform_(0.5, 2.0)
+        self.embed_dim = embed_dim
+        self.calls = 0
+        self.images_seen = 0
+        self._freeze()
+
+    def config_key(self) -> dict[str, str]:
+        return {"kind": "counting"}
+
+    def preprocess(self, images_uint8: Tensor) -> Tensor:
+        return prepare_images(images_uint8, size=12, mean=(127.5,) * 3, std=(127.5,) * 3)
+
+    def encode(self, pixels: Tensor) -> Tensor:
+        self.calls += 1
+        self.images_seen += pixels.shape[0]
+        return self.net(pixels)
+
+
+def make_images(n: int = 20, seed: int = 0, channels: int = 1) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, channels, 10, 10), dtype=torch.uint8, generator=g)
+
+
+KEY = {"dataset": "digits_offline", "domain": "mnist", "split": "train", "transform": "none"}
+
+
+def cache_files(cache_dir: Path, suffix: str = ".pt") -> list[Path]:
+    return sorted(cache_dir.glob(f"*{suffix}"))
+
+
+def test_without_cache_returns_cpu_float32_and_batches() -> None:
+    encoder = CountingEncoder()
+    features = extract_features(encoder, make_images(20), batch_size=8)
+    assert features.shape == (20, 6) and features.dtype == torch.float32 and features.device.type == "cpu"
+    assert encoder.calls == 3 and encoder.images_seen == 20
+    assert not features.is_inference()
+
+
+def test_batching_invariance() -> None:
+    encoder = CountingEncoder()
+    images = make_images(50)
+    small = extract_features(encoder, images, batch_size=7)
+    large = extract_features(encoder, images, batch_size=64)
+    torch.testing.assert_close(small, large, rtol=1e-5, atol=1e-6)
+    one_by_one = torch.cat([encoder(images[i : i + 1]) for i in range(3)])
+    torch.testing.assert_close(small[:3], one_by_one, rtol=1e-5, atol=1e-6)
+
+
+def test_batching_invariance_resnet18() -> None:
+    torch.manual_seed(0)
+    encoder = TorchvisionBackbone("resnet18", weights=None, image_size=32)
+    images = make_images(16, channels=3)
+    torch.testing.assert_close(
+        extract_features(encoder, images, batch_size=7),
+        extract_features(encoder, images, batch_size=64),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_cache_hit_on_second_call(tmp_path: Path) -> None:
+    encoder = CountingEncoder()
+    images = make_images(20)
+    first = extract_features(encoder, images, batch_size=8, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 3
+    (pt_file,) = cache_files(tmp_path)
+    (json_file,) = cache_files(tmp_path, ".json")
+    assert json_file.stem == pt_file.stem
+    readable = json.loads(json_file.read_text())
+    assert readable["key"]["dataset"] == KEY and readable["key"]["images"]["shape"] == "20x1x10x10"
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
+
+    encoder.calls = 0
+    second = extract_features(encoder, images, batch_size=5, cache_dir=tmp_path, dataset_key=dict(KEY))
+    assert encoder.calls == 0
+    assert torch.equal(first, second)
+    assert second.dtype == torch.float32 and not second.is_inference()
+    # a fresh but identical encoder (same weights) also hits
+    twin = CountingEncoder()
+    assert torch.equal(extract_features(twin, images.clone(), cache_dir=tmp_path, dataset_key=KEY), first)
+    assert twin.calls == 0
+
+
+def test_cache_misses_on_different_key_images_or_encoder(tmp_path: Path) -> None:
+    encoder = CountingEncoder()
+    images = make_images(20)
+    extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 1
+
+    extract_features(encoder, images, cache_dir=tmp_path, dataset_key={**KEY, "split": "test"})
+    assert encoder.calls == 2
+
+    changed = images.clone()
+    changed[3, 0, 4, 4] ^= 1
+    extract_features(encoder, changed, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 3
+
+    other = CountingEncoder(seed=1)
+    other_features = extract_features(other, images, cache_dir=tmp_path, dataset_key=KEY)
+    assert other.calls == 1
+    assert not torch.allclose(other_features, extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY))
+    assert encoder.calls == 3  # still a hit for the first encoder
+    assert len(cache_files(tmp_path)) == 4
+
+
+def test_corrupted_cache_file_is_recomputed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    encoder = CountingEncoder()
+    images = make_images(12)
+    expected = extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    (pt_file,) = cache_files(tmp_path)
+    pt_file.write_bytes(pt_file.read_bytes()[:100])  # truncated
+
+    encoder.calls = 0
+    with caplog.at_level(logging.WARNING, logger="flsuite.data.feature_cache"):
+        recomputed = extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 1
+    assert "unreadable" in caplog.text
+    torch.testing.assert_close(recomputed, expected)
+    extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 1  # the rewritten entry is valid again
+
+
+@pytest.mark.parametrize("tamper", ["key", "shape", "not-a-dict"])
+def test_mismatching_cache_file_is_recomputed(tmp_path: Path, tamper: str, caplog: pytest.LogCaptureFixture) -> None:
+    encoder = CountingEncoder()
+    images = make_images(12)
+    expected = extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    (pt_file,) = cache_files(tmp_path)
+    payload = torch.load(pt_file, weights_only=True)
+    if tamper == "key":
+        payload = {"features": torch.zeros(12, 6), "key": {**payload["key"], "dataset": {"other": "x"}}}
+    elif tamper == "shape":
+        payload = {"features": torch.zeros(11, 6), "key": payload["key"]}
+    else:
+        payload = torch.zeros(12, 6)
+    torch.save(payload, pt_file)
+
+    encoder.calls = 0
+    with caplog.at_level(logging.WARNING, logger="flsuite.data.feature_cache"):
+        recomputed = extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.calls == 1
+    assert "recomputing" in caplog.text
+    torch.testing.assert_close(recomputed, expected)
+
+
+def test_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        extract_features(CountingEncoder(), make_images(2), batch_size=0)
+    with pytest.raises(ValueError, match="N, C, H, W"):
+        extract_features(CountingEncoder(), make_images(2)[0])
