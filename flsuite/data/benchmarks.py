@@ -52,6 +52,17 @@ class LoadContext:
     syn_samples: tuple[int, int]
 
 
+@dataclass
+class DomainData:
+    """One domain's image pools and which of their rows form its training and test splits (disjoint)."""
+
+    train_pool: ImageArrays
+    train_rows: np.ndarray
+    test_pool: ImageArrays
+    test_rows: np.ndarray
+    pools: tuple[str, str]  # the pools' names in cache keys: ("train", "test") or ("all", "all")
+
+
 #: A domain loader returns (train, official test or None).
 Loader = Callable[[LoadContext], tuple[ImageArrays, ImageArrays | None]]
 
@@ -229,43 +240,47 @@ class Benchmark(DataSource):
         self.usps_mat, self.syn_samples, self.batch_size = usps_mat, tuple(syn_samples), batch_size
 
     # ------------------------------------------------------------------------------------------------------------
-    def load_domains(self, seed: int) -> dict[str, tuple[ImageArrays, ImageArrays]]:
-        """Every domain's (train, test) images; a seeded disjoint 70/30 split where there is no official test set."""
+    def load_domains(self, seed: int) -> dict[str, DomainData]:
+        """Every domain's pools and its train/test rows: a seeded disjoint split where there is no official test set."""
         ctx = LoadContext(self.root, self.download, seed, self.image_size, self.usps_mat, self.syn_samples)
-        out: dict[str, tuple[ImageArrays, ImageArrays]] = {}
+        out: dict[str, DomainData] = {}
         for domain in self.domains:
             train, test = SUITES[self.suite][domain](ctx)
             if test is None:
-                train_idx, test_idx = train_test_split_indices(len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}"))
-                train, test = train.subset(train_idx), train.subset(test_idx)
-            if self.max_test_per_domain is not None and len(test) > self.max_test_per_domain:
-                keep = numpy_rng(seed, purpose=f"test_subset/{domain}").choice(len(test), self.max_test_per_domain, replace=False)
-                test = test.subset(np.sort(keep))
-            out[domain] = (train, test)
-        classes = {tuple(tr.classes) for tr, _ in out.values()}
+                train_rows, test_rows = train_test_split_indices(len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}"))
+                data = DomainData(train, train_rows, train, test_rows, pools=("all", "all"))
+            else:
+                data = DomainData(train, np.arange(len(train)), test, np.arange(len(test)), pools=("train", "test"))
+            if self.max_test_per_domain is not None and len(data.test_rows) > self.max_test_per_domain:
+                keep = numpy_rng(seed, purpose=f"test_subset/{domain}").choice(len(data.test_rows), self.max_test_per_domain, replace=False)
+                data.test_rows = data.test_rows[np.sort(keep)]
+            out[domain] = data
+        classes = {tuple(d.train_pool.classes) for d in out.values()}
         if len(classes) != 1:
             raise DataError(f"suite {self.suite!r}: domains disagree on the classes: {sorted(classes)}")
         return out
 
-    def _inputs(self, images: ImageArrays, domain: str, split: str) -> torch.Tensor:
+    def _split(self, pool: ImageArrays, rows: np.ndarray, domain: str, pool_name: str) -> Split:
+        """The rows of a pool as model inputs: pixels, or embeddings (cached per pool, so any subset reuses them)."""
+        labels = pool.y[torch.as_tensor(rows, dtype=torch.long)]
         if self.encoder is None:
-            return to_pixels(images, self.image_size, self.channels)
+            return Split(to_pixels(pool.subset(rows), self.image_size, self.channels), labels)
         from flsuite.data.feature_cache import extract_features
 
-        key = {"suite": self.suite, "domain": domain, "split": split, "image_size": str(self.image_size)}
-        return extract_features(self.encoder, images.x, batch_size=self.batch_size, cache_dir=self.cache_dir, dataset_key=key)
+        key = {"suite": self.suite, "domain": domain, "pool": pool_name, "image_size": str(self.image_size)}
+        x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=self.cache_dir, dataset_key=key)
+        return Split(x, labels)
 
     def build(self, seed: int) -> FederatedData:
         domains = self.load_domains(seed)
-        num_classes = len(next(iter(domains.values()))[0].classes)
-        labels = {d: tr.y.numpy() for d, (tr, _) in domains.items()}
-        clients, dropped = drop_empty_clients(self.partition.split(labels, num_classes, numpy_rng(seed, purpose="partition")))
+        first = next(iter(domains.values())).train_pool
+        labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}
+        clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
         # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000).
-        client_data: list[ClientData] = []
-        for i, c in enumerate(clients):
-            train = domains[c.domain][0].subset(c.indices)
-            client_data.append(ClientData(i, c.domain, Split(self._inputs(train, c.domain, "train"), train.y)))
-        test = {d: Split(self._inputs(te, d, "test"), te.y) for d, (_, te) in domains.items()}
-        classes = tuple(next(iter(domains.values()))[0].classes)
+        client_data = [
+            ClientData(i, c.domain, self._split(domains[c.domain].train_pool, domains[c.domain].train_rows[c.indices], c.domain, domains[c.domain].pools[0]))
+            for i, c in enumerate(clients)
+        ]
+        test = {d: self._split(dd.test_pool, dd.test_rows, d, dd.pools[1]) for d, dd in domains.items()}
         description = {"suite": self.suite, "dropped_empty_clients": dropped, "partition": type(self.partition).__name__}
-        return FederatedData(client_data, test, num_classes=num_classes, classes=classes, description=description)
+        return FederatedData(client_data, test, num_classes=len(first.classes), classes=tuple(first.classes), description=description)

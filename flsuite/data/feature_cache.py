@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -27,7 +28,7 @@ __all__ = ["cache_digest", "extract_features", "images_fingerprint"]
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"
 
 
 def images_fingerprint(images: Tensor) -> dict[str, str]:
@@ -63,8 +64,11 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
-def _load_cached(path: Path, key: dict[str, Any], shape: tuple[int, int]) -> Tensor | None:
-    """Return cached features if the file exists and matches ``key`` and ``shape``, else ``None``."""
+def _load_cached(path: Path, key: dict[str, Any], shape: tuple[int, int]) -> tuple[Tensor, Tensor] | None:
+    """Return cached ``(features, done)`` if the file exists and matches ``key`` and ``shape``, else ``None``.
+
+    ``done`` marks the rows already computed (an entry can be filled incrementally, see :func:`extract_features`).
+    """
     if not path.is_file():
         return None
     try:
@@ -72,15 +76,18 @@ def _load_cached(path: Path, key: dict[str, Any], shape: tuple[int, int]) -> Ten
     except Exception as err:  # noqa: BLE001 - any unreadable entry is simply recomputed
         log.warning("Feature cache %s is unreadable (%s); recomputing", path, err)
         return None
-    features = payload.get("features") if isinstance(payload, dict) else None
     if not isinstance(payload, dict) or payload.get("key") != key:
         log.warning("Feature cache %s has a mismatching key; recomputing", path)
         return None
+    features, done = payload.get("features"), payload.get("done")
     if not isinstance(features, Tensor) or tuple(features.shape) != shape or features.dtype != torch.float32:
         got = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
         log.warning("Feature cache %s holds %s, expected float32 %s; recomputing", path, got, shape)
         return None
-    return features
+    if not isinstance(done, Tensor) or done.dtype != torch.bool or tuple(done.shape) != shape[:1]:
+        log.warning("Feature cache %s has no valid row mask; recomputing", path)
+        return None
+    return features, done
 
 
 def _compute(encoder: FrozenEncoder, images: Tensor, batch_size: int, progress: bool) -> Tensor:
@@ -99,6 +106,7 @@ def extract_features(
     encoder: FrozenEncoder,
     images: Tensor,
     *,
+    rows: Sequence[int] | np.ndarray | None = None,
     batch_size: int = 256,
     cache_dir: str | os.PathLike[str] | None = None,
     dataset_key: Mapping[str, str] | None = None,
@@ -106,9 +114,14 @@ def extract_features(
 ) -> Tensor:
     """Embed uint8 images ``[N, C, H, W]`` with a frozen encoder, optionally cached on disk.
 
+    The cache entry belongs to the whole ``images`` tensor (a dataset's pool) and is filled incrementally:
+    asking for ``rows`` computes only the rows not cached yet, so runs that use different subsets of one pool
+    (other seeds, other client fractions) share the embeddings already computed.
+
     Args:
         encoder: Frozen encoder (its ``cache_key()`` is part of the cache key).
         images: uint8 image tensor ``[N, C, H, W]`` (C = 1 or 3), on any device.
+        rows: Which rows to return (in this order); ``None`` for all.
         batch_size: Images per forward pass.
         cache_dir: Directory of the feature cache; ``None`` disables caching.
         dataset_key: Caller's description of the images, e.g. ``{"dataset": ...,
@@ -116,14 +129,15 @@ def extract_features(
         progress: Show a progress bar while encoding.
 
     Returns:
-        float32 features ``[N, encoder.embed_dim]`` on the CPU.
+        float32 features ``[len(rows) or N, encoder.embed_dim]`` on the CPU.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if images.ndim != 4:
         raise ValueError(f"expected images [N, C, H, W], got shape {tuple(images.shape)}")
+    index = torch.arange(images.shape[0]) if rows is None else torch.as_tensor(np.asarray(rows), dtype=torch.long)
     if cache_dir is None:
-        return _compute(encoder, images, batch_size, progress)
+        return _compute(encoder, images[index], batch_size, progress)
 
     key: dict[str, Any] = {
         "format": CACHE_FORMAT,
@@ -137,16 +151,22 @@ def extract_features(
     shape = (images.shape[0], encoder.embed_dim)
 
     cached = _load_cached(path, key, shape)
-    if cached is not None:
+    if cached is None:
+        features, done = torch.zeros(shape, dtype=torch.float32), torch.zeros(shape[0], dtype=torch.bool)
+    else:
+        features, done = cached
+    missing = index[~done[index]].unique()
+    if len(missing) == 0:
         log.debug("Feature cache hit %s", path)
-        return cached
+        return features[index]
 
-    log.info("Extracting %d features with %s -> %s", images.shape[0], key["encoder"]["encoder"], path)
-    features = _compute(encoder, images, batch_size, progress)
+    log.info("Extracting %d features with %s -> %s", len(missing), key["encoder"]["encoder"], path)
+    features[missing] = _compute(encoder, images[missing], batch_size, progress)
+    done[missing] = True
     root.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda tmp: torch.save({"features": features, "key": key}, tmp))
+    _atomic_write(path, lambda tmp: torch.save({"features": features, "done": done, "key": key}, tmp))
     _atomic_write(
         root / f"{digest}.json",
         lambda tmp: tmp.write_text(json.dumps({"digest": digest, "key": key}, indent=2, sort_keys=True)),
     )
-    return features
+    return features[index]

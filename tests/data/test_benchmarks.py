@@ -94,6 +94,8 @@ def test_features_are_cached_between_builds(office_folder, tmp_path):
     second = source.build(seed=0)
     assert encoder.calls == calls, "the second build should read every embedding from the cache"
     assert all(torch.equal(a.train.x, b.train.x) for a, b in zip(first.clients, second.clients))
+    source.build(seed=1)  # another seed re-splits the same pools: every embedding is already cached
+    assert encoder.calls == calls
 
 
 def test_unknown_suite_and_domain_are_named():

@@ -180,3 +180,20 @@ def test_rejects_bad_arguments() -> None:
         extract_features(CountingEncoder(), make_images(2), batch_size=0)
     with pytest.raises(ValueError, match="N, C, H, W"):
         extract_features(CountingEncoder(), make_images(2)[0])
+
+
+def test_row_subsets_fill_one_pool_entry_incrementally(tmp_path: Path) -> None:
+    encoder = CountingEncoder()
+    images = make_images(20)
+    full = extract_features(encoder, images)
+    encoder.images_seen = 0
+    a = extract_features(encoder, images, rows=[4, 0, 1, 2, 3], cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.images_seen == 5 and torch.allclose(a, full[[4, 0, 1, 2, 3]], atol=1e-6)
+    b = extract_features(encoder, images, rows=list(range(3, 10)), cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.images_seen == 5 + 5  # rows 3 and 4 came from the cache
+    assert torch.allclose(b, full[3:10], atol=1e-6)
+    c = extract_features(encoder, images, rows=None, cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.images_seen == 20 and torch.allclose(c, full, atol=1e-6)
+    assert len(cache_files(tmp_path)) == 1
+    extract_features(encoder, images, rows=[19, 0], cache_dir=tmp_path, dataset_key=KEY)
+    assert encoder.images_seen == 20
