@@ -5,6 +5,7 @@ Named `tracking` rather than `logging` so that it never shadows the standard lib
 Run folder layout:
     config.yaml       resolved config (written by the CLI)      environment.json  seed, versions, command line
     partition.json    samples per client per class               partition.png     its heat-map
+    setup.json        setup-stage metrics (e.g. GGEUR bytes)
     metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
     summary.json      final numbers                              results.md        per-domain table
     convergence.png   accuracy per round                         checkpoints/last.pt
@@ -125,6 +126,12 @@ class Tracker:
             import wandb
 
             self.wandb_run.log({"partition": wandb.Image(str(png)), "round": 0})
+
+    def log_setup(self, metrics: Mapping[str, Any]) -> None:
+        """Setup-stage metrics (e.g. GGEUR's bytes each way): `setup.json` and the W&B summary."""
+        write_json(self.run_dir / "setup.json", dict(metrics))
+        if self.wandb_run is not None:
+            self.wandb_run.summary.update(dict(metrics))
 
     def log_round(self, record: Mapping[str, Any], timing: Mapping[str, Any]) -> None:
         with open(self.run_dir / "metrics.jsonl", "a") as f:

@@ -22,6 +22,7 @@ from flsuite.data.base import DataSource, FederatedData
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, FederationState, load_checkpoint, resolve_checkpoint, save_checkpoint
 from flsuite.federation.client import ClientEnvironment
 from flsuite.federation.executors import Executor, SerialExecutor
+from flsuite.federation.setup import SetupStage
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.federation.weights import clone_weights, num_bytes
 from flsuite.methods.base import Method
@@ -78,6 +79,7 @@ class Federation:
         local: How each client trains locally per round.
         sampling: Which clients take part in each round.
         executor: Runs client fits (serial by default).
+        setup: One-shot stages run before round 1 that may change the clients' data (e.g. GGEUR), in order.
         name: Experiment name: the run folder's parent and the W&B group (so seeds group together).
         output_dir: Where run folders are created (`<output_dir>/<name>/<time>-seed<seed>`).
         run_dir: Use exactly this run folder instead.
@@ -100,6 +102,7 @@ class Federation:
         local: LocalTraining = LocalTraining(),
         sampling: ClientSampling = ClientSampling(),
         executor: Executor = lazy_instance(SerialExecutor),
+        setup: list[SetupStage] | None = None,
         name: str = "flsuite",
         output_dir: Path = Path("runs"),
         run_dir: Path | None = None,
@@ -117,6 +120,7 @@ class Federation:
             raise ValueError("checkpoint_every, eval_every and last_k must be >= 1")
         self.data, self.model, self.method = data, model, method
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
+        self.setup = list(setup or [])
         self.name, self.output_dir, self.run_dir = name, Path(output_dir), Path(run_dir) if run_dir else None
         self.checkpoint_every, self.eval_every, self.last_k, self.target_acc = checkpoint_every, eval_every, last_k, target_acc
         self.eval_device, self.progress, self.wandb = eval_device, progress, wandb
@@ -132,6 +136,19 @@ class Federation:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return self.output_dir / self.name / f"{stamp}-seed{self.seed}"
 
+    def build_data(self) -> tuple[FederatedData, dict[str, float | int]]:
+        """The federation's data after every setup stage, and the stages' metrics (prefixed by stage name)."""
+        fed = self.data.build(self.seed)
+        metrics: dict[str, float | int] = {}
+        for stage in self.setup:
+            start = time.perf_counter()
+            result = stage.run(fed, self.seed)
+            fed = result.data
+            name = type(stage).__name__.lower()
+            metrics.update({f"setup/{name}/{k}": v for k, v in result.metrics.items()})
+            metrics[f"setup/{name}/seconds"] = time.perf_counter() - start
+        return fed, metrics
+
     def _initial_state(self, fed: FederatedData) -> FederationState:
         torch.manual_seed(derive_seed(self.seed, purpose="model_init"))
         weights = clone_weights(self.model.build(fed.input_shape, fed.num_classes).state_dict())
@@ -145,7 +162,7 @@ class Federation:
     def fit(self, resume: Path | None = None, config_yaml: str = "") -> dict[str, object]:
         """Run (or continue) the federation; returns the final summary. Writes the run folder as it goes."""
         run_dir = self.resolve_run_dir(resume)
-        fed = self.data.build(self.seed)
+        fed, setup_metrics = self.build_data()
         state = self._initial_state(fed)
         if resume is not None:
             state = self._resumed_state(resume, state, config_yaml)
@@ -160,6 +177,8 @@ class Federation:
         tracker = Tracker(run_dir, self.wandb, group=self.name, config=_config_dict(config_yaml))
         try:
             tracker.log_partition(fed.partition_stats())
+            if self.setup:
+                tracker.log_setup(setup_metrics)
             if resume is not None:
                 tracker.rewrite_history(state.history, state.timings)
             self.executor.start(ClientEnvironment(fed, self.model, self.method, self.local, self.seed))
