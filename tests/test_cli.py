@@ -127,3 +127,18 @@ def test_features_command_builds_the_data_and_reports_it(tmp_path, capsys):
     report = json.loads(out)
     assert report["clients"] == 2 and report["input_shape"] == [64]
     assert report["train_samples"] + report["test_samples"] == 1797  # the UCI digits, split over the two domains
+
+
+CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not p.name.startswith("with_"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
+    from flsuite.cli import fit_parser
+
+    parser = fit_parser()
+    cfg = parser.parse_args(["--config", str(path)])
+    assert cfg.rounds >= 1
+    for overlay in (ROOT / "configs" / "ggeur").glob("with_*.yaml"):
+        with_ggeur = parser.parse_args(["--config", str(path), "--config", str(overlay)])
+        assert with_ggeur.setup[0].class_path == "flsuite.methods.ggeur.GGEUR"

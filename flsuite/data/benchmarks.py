@@ -171,6 +171,13 @@ SUITES: dict[str, dict[str, Loader]] = {
 }
 
 
+def _capped(rows: np.ndarray, cap: int | None, rng: np.random.Generator) -> np.ndarray:
+    """A seeded subset of at most `cap` rows (in their original order)."""
+    if cap is None or len(rows) <= cap:
+        return rows
+    return rows[np.sort(rng.choice(len(rows), cap, replace=False))]
+
+
 def to_pixels(images: ImageArrays, size: int, channels: int) -> torch.Tensor:
     """uint8 [N, C, H, W] → float [N, channels, size, size] in [0, 1] (grey repeated to RGB, bilinear resize)."""
     x = images.x
@@ -199,7 +206,9 @@ class Benchmark(DataSource):
         image_size: Side length images are loaded/resized to (folders) and pixel models see.
         channels: Channels pixel models see (grey and RGB domains are converted to this); ignored with an encoder.
         test_fraction: Held-out fraction per domain for datasets without an official test split (seeded).
-        max_test_per_domain: Cap each domain's test set (a seeded subset) to keep evaluation cheap; null = all.
+        max_test_per_domain: Cap each domain's test set (a fixed subset, the same for every run seed) to keep
+            evaluation cheap; null = all.
+        max_train_per_domain: Cap each domain's training split (a seeded subset, before partitioning); null = all.
         download: Let torchvision download missing files (needs a network).
         usps_mat: The USPS .mat file for digits_offline (default `<root>/usps/usps.mat`).
         syn_samples: Train and test sizes of the font-rendered SYN digits (digits_offline).
@@ -218,6 +227,7 @@ class Benchmark(DataSource):
         channels: int = 3,
         test_fraction: float = 0.3,
         max_test_per_domain: int | None = None,
+        max_train_per_domain: int | None = None,
         download: bool = False,
         usps_mat: Path | None = None,
         syn_samples: tuple[int, int] = (25000, 9000),
@@ -231,12 +241,14 @@ class Benchmark(DataSource):
             raise DataError(f"suite {suite!r} has no domain(s) {unknown}; its domains are {available}")
         if channels not in (1, 3):
             raise DataError(f"channels must be 1 or 3, got {channels}")
-        if max_test_per_domain is not None and max_test_per_domain < 1:
-            raise DataError(f"max_test_per_domain must be >= 1 or null, got {max_test_per_domain}")
+        for key, cap in (("max_test_per_domain", max_test_per_domain), ("max_train_per_domain", max_train_per_domain)):
+            if cap is not None and cap < 1:
+                raise DataError(f"{key} must be >= 1 or null, got {cap}")
         self.suite, self.root, self.domains = suite, Path(root), list(domains or available)
         self.partition = partition if partition is not None else DomainSkew()
         self.encoder, self.cache_dir, self.image_size, self.channels = encoder, cache_dir, image_size, channels
         self.test_fraction, self.max_test_per_domain, self.download = test_fraction, max_test_per_domain, download
+        self.max_train_per_domain = max_train_per_domain
         self.usps_mat, self.syn_samples, self.batch_size = usps_mat, tuple(syn_samples), batch_size
 
     # ------------------------------------------------------------------------------------------------------------
@@ -251,9 +263,9 @@ class Benchmark(DataSource):
                 data = DomainData(train, train_rows, train, test_rows, pools=("all", "all"))
             else:
                 data = DomainData(train, np.arange(len(train)), test, np.arange(len(test)), pools=("train", "test"))
-            if self.max_test_per_domain is not None and len(data.test_rows) > self.max_test_per_domain:
-                keep = numpy_rng(seed, purpose=f"test_subset/{domain}").choice(len(data.test_rows), self.max_test_per_domain, replace=False)
-                data.test_rows = data.test_rows[np.sort(keep)]
+            data.train_rows = _capped(data.train_rows, self.max_train_per_domain, numpy_rng(seed, purpose=f"train_subset/{domain}"))
+            # The test cap draws from a fixed stream: with an official test set, every run seed is scored on the same subset.
+            data.test_rows = _capped(data.test_rows, self.max_test_per_domain, numpy_rng(0, purpose=f"test_subset/{domain}"))
             out[domain] = data
         classes = {tuple(d.train_pool.classes) for d in out.values()}
         if len(classes) != 1:
