@@ -23,6 +23,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from flsuite.data.base import DataError
 from flsuite.federation.checkpoint import CheckpointError
 from flsuite.federation.loop import Federation
+from flsuite.runtime import keep_freed_memory
 
 log = logging.getLogger("flsuite")
 
@@ -96,6 +97,7 @@ def _one_paragraph(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    keep_freed_memory()
     debug = bool(os.environ.get("FLSUITE_DEBUG"))
     parser = main_parser()
     try:
