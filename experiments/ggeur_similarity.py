@@ -37,7 +37,7 @@ def main() -> None:
 
     parser = fit_parser()
     cfg = parser.parse_args(["--config", str(args.config), "--seed", str(args.seed)])
-    data = parser.instantiate_classes(cfg).data.build(args.seed)
+    data = parser.instantiate(cfg).data.build(args.seed)
     if args.reference not in data.domains:
         raise SystemExit(f"--reference {args.reference!r} is not a domain of this config: {data.domains}")
 

@@ -63,7 +63,7 @@ def resolved_config_yaml(parser: ArgumentParser, cfg: Namespace) -> str:
 
 
 def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
-    init = parser.instantiate_classes(cfg)
+    init = parser.instantiate(cfg)
     names = [p for p in inspect.signature(Federation.__init__).parameters if p != "self"]
     return Federation(**{name: init[name] for name in names})
 
@@ -77,7 +77,7 @@ def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
 
 def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     """Build (and so embed and cache) the federation's data exactly as `fit` would, and report what was built."""
-    init = parser.instantiate_classes(cfg)
+    init = parser.instantiate(cfg)
     start = time.perf_counter()
     data = init.data.build(cfg.seed)
     seconds = time.perf_counter() - start
