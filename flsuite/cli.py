@@ -21,6 +21,7 @@ from pathlib import Path
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from flsuite.data.base import DataError
+from flsuite.data.image_folder import UnreadableImageError
 from flsuite.federation.checkpoint import CheckpointError
 from flsuite.federation.loop import Federation
 from flsuite.runtime import keep_freed_memory
@@ -28,7 +29,7 @@ from flsuite.runtime import keep_freed_memory
 log = logging.getLogger("flsuite")
 
 #: Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message.
-USER_ERRORS = (DataError, CheckpointError, FileNotFoundError, ValueError, TypeError)
+USER_ERRORS = (DataError, CheckpointError, FileNotFoundError, UnreadableImageError, ValueError, TypeError)
 
 
 def fit_parser() -> ArgumentParser:

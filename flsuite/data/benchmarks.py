@@ -50,6 +50,7 @@ class LoadContext:
     image_size: int
     usps_mat: Path | None
     syn_samples: tuple[int, int]
+    skip_unreadable: bool = False
 
 
 @dataclass
@@ -78,7 +79,7 @@ def _folder_suite(domains: Sequence[str], classes: Sequence[str] | None, domain_
             entries = imf.scan_image_folder(ctx.root, [domain], names, domain_aliases, class_aliases)[domain]
             if not entries:
                 raise DataError(f"domain {domain!r} under {ctx.root} holds no images")
-            return imf.load_image_folder_arrays(entries, ctx.image_size, classes=names), None
+            return imf.load_image_folder_arrays(entries, ctx.image_size, classes=names, skip_unreadable=ctx.skip_unreadable), None
 
         return load
 
@@ -212,6 +213,8 @@ class Benchmark(DataSource):
         download: Let torchvision download missing files (needs a network).
         usps_mat: The USPS .mat file for digits_offline (default `<root>/usps/usps.mat`).
         syn_samples: Train and test sizes of the font-rendered SYN digits (digits_offline).
+        skip_unreadable: Drop image files that fail to decode (counted in a logged warning) instead of stopping with
+            an error that names the file.
         batch_size: Encoder batch size for feature extraction (64 keeps activations small enough to be reused by the
             allocator: about 5× faster on CPU than 256, see flsuite.runtime).
     """
@@ -232,6 +235,7 @@ class Benchmark(DataSource):
         download: bool = False,
         usps_mat: Path | None = None,
         syn_samples: tuple[int, int] = (25000, 9000),
+        skip_unreadable: bool = False,
         batch_size: int = 64,
     ) -> None:
         if suite not in SUITES:
@@ -251,11 +255,12 @@ class Benchmark(DataSource):
         self.test_fraction, self.max_test_per_domain, self.download = test_fraction, max_test_per_domain, download
         self.max_train_per_domain = max_train_per_domain
         self.usps_mat, self.syn_samples, self.batch_size = usps_mat, tuple(syn_samples), batch_size
+        self.skip_unreadable = skip_unreadable
 
     # ------------------------------------------------------------------------------------------------------------
     def load_domains(self, seed: int) -> dict[str, DomainData]:
         """Every domain's pools and its train/test rows: a seeded disjoint split where there is no official test set."""
-        ctx = LoadContext(self.root, self.download, seed, self.image_size, self.usps_mat, self.syn_samples)
+        ctx = LoadContext(self.root, self.download, seed, self.image_size, self.usps_mat, self.syn_samples, self.skip_unreadable)
         out: dict[str, DomainData] = {}
         for domain in self.domains:
             train, test = SUITES[self.suite][domain](ctx)

@@ -120,3 +120,18 @@ def test_digits_offline_suite_with_paper_fractions():
     sizes = {c.domain: len(c.train) for c in data.clients}
     assert sizes["mnist"] == 6000 and sizes["usps"] == 729  # 10% of 60,000 and of 7,291
     assert data.input_shape == (3, 32, 32) and all(len(t) <= 300 for t in data.test.values())
+
+
+def test_unreadable_image_is_named_or_skipped(office_folder, tmp_path):
+    import shutil
+
+    root = tmp_path / "office"
+    shutil.copytree(office_folder, root)
+    bad = root / "dslr" / "mug" / "broken.png"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(OSError, match="broken.png"):
+        Benchmark("office_caltech10", root=root, image_size=12).build(0)
+    data = Benchmark("office_caltech10", root=root, image_size=12, skip_unreadable=True).build(0)
+    clean = Benchmark("office_caltech10", root=office_folder, image_size=12).build(0)
+    total = lambda d: sum(len(c.train) for c in d.clients) + sum(len(t) for t in d.test.values())  # noqa: E731
+    assert total(data) == total(clean)
