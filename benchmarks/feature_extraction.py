@@ -6,7 +6,7 @@ both via ``extract_features`` (no cache) and via a bare loop
 are interleaved chunk by chunk (alternating which goes first) so that load
 changes on a shared machine hit both alike; prints images/s and the ratio.
 
-    HF_HUB_OFFLINE=1 python benchmarks/feature_extraction.py --num-images 2000
+    HF_HUB_OFFLINE=1 python benchmarks/feature_extraction.py --num-images 2000 [--batch-size 64]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from flsuite.data.feature_cache import extract_features
 from flsuite.models.encoders import EfficientNetLite0, FrozenEncoder
+from flsuite.runtime import keep_freed_memory
 
 
 def bare_loop(encoder: FrozenEncoder, images: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -46,12 +47,13 @@ def timed(fn: Callable[[], object], sync: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-images", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--chunk", type=int, default=512, help="images per interleaved timing chunk")
     parser.add_argument("--rounds", type=int, default=1, help="passes over all images per method")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    keep_freed_memory()  # as the flsuite command does
 
     torch.manual_seed(0)
     images = torch.randint(0, 256, (args.num_images, 1, 28, 28), dtype=torch.uint8)
