@@ -1,0 +1,101 @@
+"""FedProto (Tan et al., AAAI 2022, "Federated Prototype Learning across Heterogeneous Clients").
+
+Clients share class prototypes: the mean representation of each class. Local objective on a batch:
+    ℓ = CE(f(x), y) + λ · MSE(z, p̄_y)        (over the samples whose class has a global prototype),
+with z the representation (MOON's choice: the input of the last nn.Linear, or the logits for the linear-head
+family, GGEUR spec §8 A18). Each client uploads its per-class mean representation p_k,c and count n_k,c, collected
+over all of its local steps in the round (as the official code does). The server forms
+    p̄_c = Σ_k n_k,c p_k,c / Σ_k n_k,c   (count-weighted)
+for the classes seen this round and keeps the previous prototype of classes no sampled client holds.
+The model weights are still aggregated by FedAvg, as the GGEUR benchmark does (the original FedProto shares no
+weights, for heterogeneous models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from flsuite.federation.task import ClientResult, State, Weights
+from flsuite.methods.base import ClientModule
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.moon import forward_with_representation, representation_layer
+
+
+class FedProtoClient(ClientModule):
+    """CE + λ · MSE to the global prototypes; accumulates its own per-class mean representations."""
+
+    method: FedProto
+
+    def on_fit_start(self) -> None:
+        self._layer = representation_layer(self.model)
+        protos = self.task.broadcast.get("protos")
+        self._protos = protos.to(self.device) if protos is not None else None
+        self._has = self.task.broadcast["has"].to(self.device) if protos is not None else None
+        self._sums: torch.Tensor | None = None
+        self._counts: torch.Tensor | None = None
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits, z = forward_with_representation(self.model, self._layer, x)
+        loss = F.cross_entropy(logits, y)
+        if self._protos is not None:
+            mask = self._has[y]
+            if bool(mask.any()):
+                loss = loss + self.method.lam * F.mse_loss(z[mask], self._protos[y[mask]])
+        with torch.no_grad():
+            if self._sums is None:
+                self._sums = torch.zeros(logits.shape[1], z.shape[1], dtype=torch.float64, device=z.device)
+                self._counts = torch.zeros(logits.shape[1], dtype=torch.long, device=z.device)
+            self._sums.index_add_(0, y, z.detach().to(torch.float64))
+            self._counts += torch.bincount(y, minlength=logits.shape[1])
+        return loss
+
+    def upload(self) -> dict:
+        if self._sums is None:
+            return {}
+        means = self._sums / self._counts.clamp(min=1)[:, None]
+        return {"protos": means.float().cpu(), "counts": self._counts.cpu()}
+
+
+class FedProto(FedAvg):
+    """FedProto: prototype regularisation (λ · MSE to the global class prototypes); weights by FedAvg.
+
+    Args:
+        lam: Weight λ of the prototype loss (2.0, GGEUR's benchmark). λ = 0 is FedAvg.
+        weighting: Aggregation weights of the model weights, as FedAvg: "samples" or "uniform".
+    """
+
+    client_module = FedProtoClient
+
+    def __init__(self, lam: float = 2.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
+        super().__init__(weighting=weighting)
+        if lam < 0:
+            raise ValueError(f"FedProto lam must be >= 0, got {lam}")
+        self.lam = lam
+
+    def broadcast(self, round: int, server_state: State) -> dict:
+        if "protos" not in server_state:
+            return {}
+        return {"protos": server_state["protos"], "has": server_state["has"]}
+
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+    ) -> tuple[Weights, State]:
+        weights, _ = super().aggregate(round, global_weights, results, server_state)
+        uploads = [r.upload for r in results if "protos" in r.upload]
+        if not uploads:
+            return weights, server_state
+        counts = torch.stack([u["counts"] for u in uploads]).to(torch.float64)  # [K, C]
+        sums = sum(u["protos"].to(torch.float64) * c[:, None] for u, c in zip(uploads, counts))
+        total = counts.sum(0)
+        seen = total > 0
+        fresh = sums / total.clamp(min=1)[:, None]
+        if "protos" in server_state:
+            protos = torch.where(seen[:, None], fresh, server_state["protos"].to(torch.float64))
+            has = seen | server_state["has"]
+        else:
+            protos, has = fresh, seen
+        return weights, {**server_state, "protos": protos.float(), "has": has}

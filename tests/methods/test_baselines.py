@@ -1,0 +1,292 @@
+"""Baseline FL methods: reductions to FedAvg, the extra terms really wired in, hand computations, drift, resume,
+and composition with GGEUR."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flsuite.data.base import ClientData, DataSource, FederatedData, Split
+from flsuite.data.builtin import GaussianFeatures
+from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.executors import SerialExecutor
+from flsuite.federation.task import ClientResult, LocalTraining
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.feddyn import FedDyn
+from flsuite.methods.fedopt import FedOpt
+from flsuite.methods.fedntd import FedNTD, ntd_loss
+from flsuite.methods.fedproto import FedProto
+from flsuite.methods.fedprox import FedProx
+from flsuite.methods.ggeur import GGEUR
+from flsuite.methods.moon import MOON, forward_with_representation, representation_layer
+from flsuite.methods.scaffold import Scaffold
+from flsuite.models.heads import MLP, Linear
+from tests.test_federation import CrashAtRound
+from tests.helpers import head_federation
+
+
+def final_weights(run_dir) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir).global_weights
+
+
+def same_weights(a, b, atol: float = 0.0) -> bool:
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=atol) if atol else torch.equal(a[k], b[k]) for k in a)
+
+
+def history(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class Recording(SerialExecutor):
+    """Keeps a copy of every client result."""
+
+    def __init__(self) -> None:
+        self.results: list[ClientResult] = []
+
+    def run(self, tasks):
+        results = super().run(tasks)
+        self.results.extend(copy.deepcopy(results))
+        return results
+
+
+@pytest.fixture(scope="module")
+def fedavg_run(tmp_path_factory):
+    """FedAvg on the standard tiny federation (2 rounds), the reference of every reduction test."""
+    run_dir = tmp_path_factory.mktemp("fedavg")
+    head_federation(run_dir, rounds=2).fit()
+    return run_dir
+
+
+# ---- reductions to FedAvg and non-reductions -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("zero", "nonzero"),
+    [
+        (FedProx(mu=0.0), FedProx(mu=1.0)),
+        (MOON(mu=0.0), MOON(mu=5.0)),
+        (FedProto(lam=0.0), FedProto(lam=5.0)),
+        (FedNTD(beta=0.0), FedNTD(beta=5.0)),
+    ],
+    ids=["fedprox", "moon", "fedproto", "fedntd"],
+)
+def test_zero_coefficient_reproduces_fedavg_exactly(tmp_path, fedavg_run, zero, nonzero):
+    """Term = 0: identical metrics (byte-identical file, except FedProto's bytes_up/down, which count the
+    prototypes it sends) and identical global weights (torch.equal); term > 0: the global weights differ."""
+    head_federation(tmp_path / "zero", rounds=2, method=zero).fit()
+    if isinstance(zero, FedProto):
+        strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("bytes_")} for r in h]  # noqa: E731
+        assert strip(history(tmp_path / "zero")) == strip(history(fedavg_run))
+        assert history(tmp_path / "zero")[1]["bytes_up"] > history(fedavg_run)[1]["bytes_up"]
+    else:
+        assert (tmp_path / "zero" / "metrics.jsonl").read_bytes() == (fedavg_run / "metrics.jsonl").read_bytes()
+    assert same_weights(final_weights(tmp_path / "zero"), final_weights(fedavg_run))
+    head_federation(tmp_path / "nonzero", rounds=2, method=nonzero).fit()
+    assert not same_weights(final_weights(tmp_path / "nonzero"), final_weights(fedavg_run), atol=1e-4)
+
+
+def test_fedopt_server_sgd_lr1_is_fedavg(tmp_path, fedavg_run):
+    """x − 1·(x − avg) = avg: computed in float64 from float32 values, this is exact (so torch.equal holds)."""
+    head_federation(tmp_path / "sgd1", rounds=2, method=FedOpt(server="sgd", server_lr=1.0, momentum=0.0)).fit()
+    assert same_weights(final_weights(tmp_path / "sgd1"), final_weights(fedavg_run))
+    ours, ref = history(tmp_path / "sgd1"), history(fedavg_run)
+    for a, b in zip(ours, ref):
+        assert {k: v for k, v in a.items() if not k.startswith("server/")} == b
+    head_federation(tmp_path / "sgd05", rounds=2, method=FedOpt()).fit()
+    assert not same_weights(final_weights(tmp_path / "sgd05"), final_weights(fedavg_run), atol=1e-4)
+
+
+@pytest.mark.parametrize("server", ["adam", "yogi"])
+def test_fedopt_adaptive_servers_keep_checkpointed_moments(tmp_path, server):
+    head_federation(tmp_path, rounds=2, method=FedOpt(server=server, server_lr=0.05)).fit()
+    state = load_checkpoint(tmp_path).server_state
+    assert set(state["m"]) == set(state["v"]) == {"1.weight", "1.bias"}
+    assert all(torch.isfinite(v).all() and (v > 0).all() for v in state["v"].values())
+
+
+def test_fedopt_first_adam_step_matches_hand_computation():
+    """Round 1 from m = 0, v = τ²: m = (1−β1)Δ, v = β2τ² + (1−β2)Δ², x ← x − η m/(√v + τ)."""
+    method = FedOpt(server="adam", server_lr=0.5)
+    model = torch.nn.Linear(2, 1)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    client = {k: v + 0.3 for k, v in start.items()}
+    results = [ClientResult(client_id=0, num_samples=5, weights=client)]
+    state = method.init_server_state(start)
+    avg, state = method.aggregate(1, start, results, state)
+    model.load_state_dict(avg)
+    method.server_update(1, model, state)
+    delta = torch.full_like(start["weight"], -0.3)
+    m, v = 0.1 * delta, 0.99 * 1e-6 + 0.01 * delta**2
+    torch.testing.assert_close(model.weight.detach(), start["weight"] - 0.5 * m / (v.sqrt() + 1e-3))
+
+
+# ---- SCAFFOLD --------------------------------------------------------------------------------------------------
+SGD = LocalTraining(epochs=2, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
+
+
+def test_scaffold_control_variates_after_one_full_round(tmp_path):
+    rec = Recording()
+    head_federation(tmp_path, rounds=1, local=SGD, method=Scaffold(), executor=rec).fit()
+    ckpt = load_checkpoint(tmp_path)
+    c = ckpt.server_state["c"]
+    assert set(c) == {"1.weight", "1.bias"}
+    c_is = [ckpt.client_states[k]["c_i"] for k in sorted(ckpt.client_states)]
+    for name in c:
+        assert c[name].abs().sum() > 0  # control variates changed from zero
+        torch.testing.assert_close(c[name], torch.stack([ci[name] for ci in c_is]).mean(0), rtol=0, atol=1e-7)
+    # c_i⁺ = (x − y)/(K η_l) from c = c_i = 0: one client by hand
+    r = rec.results[0]
+    x = head_federation(tmp_path / "x")._initial_state(head_federation(tmp_path / "x").build_data()[0]).global_weights
+    expected = (x["1.weight"] - r.weights["1.weight"]) / (r.num_steps * SGD.lr)
+    torch.testing.assert_close(r.state["c_i"]["1.weight"], expected, rtol=0, atol=1e-6)
+
+
+def test_scaffold_round_one_with_unit_server_lr_is_uniform_fedavg(tmp_path):
+    head_federation(tmp_path / "s", rounds=1, local=SGD, method=Scaffold(server_lr=1.0)).fit()
+    head_federation(tmp_path / "a", rounds=1, local=SGD, method=FedAvg(weighting="uniform")).fit()
+    assert same_weights(final_weights(tmp_path / "s"), final_weights(tmp_path / "a"), atol=1e-6)
+    # round 2 uses the (now non-zero) control variates: the runs part
+    head_federation(tmp_path / "s2", rounds=2, local=SGD, method=Scaffold(server_lr=1.0)).fit()
+    head_federation(tmp_path / "a2", rounds=2, local=SGD, method=FedAvg(weighting="uniform")).fit()
+    assert not same_weights(final_weights(tmp_path / "s2"), final_weights(tmp_path / "a2"), atol=1e-4)
+
+
+# ---- FedDyn ----------------------------------------------------------------------------------------------------
+def test_feddyn_server_state_matches_hand_computation(tmp_path):
+    data = GaussianFeatures(dim=4, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=30, test_per_domain=20)
+    rec = Recording()
+    alpha = 0.5
+    fed = head_federation(tmp_path, data=data, rounds=1, method=FedDyn(alpha=alpha), executor=rec)
+    x = fed._initial_state(fed.build_data()[0]).global_weights
+    fed.fit()
+    ckpt = load_checkpoint(tmp_path)
+    w0, w1 = (r.weights for r in rec.results)
+    for name in ("1.weight", "1.bias"):
+        h = -alpha * ((w0[name] - x[name]) + (w1[name] - x[name])) / 2
+        torch.testing.assert_close(ckpt.server_state["h"][name], h, rtol=0, atol=1e-6)
+        torch.testing.assert_close(ckpt.global_weights[name], (w0[name] + w1[name]) / 2 - h / alpha, rtol=0, atol=1e-6)
+        # client state ∇L_k ← 0 − α(θ_k − θ)
+        torch.testing.assert_close(ckpt.client_states[0]["grad"][name], -alpha * (w0[name] - x[name]), rtol=0, atol=1e-6)
+
+
+# ---- drift: SCAFFOLD and FedDyn fix what FedAvg cannot --------------------------------------------------------
+class DriftToy(DataSource):
+    """2 clients, logistic regression in 2-d with opposite feature scales and different label rules: many local
+    steps make FedAvg settle at the average of the local optima, not at the optimum of the sum."""
+
+    def build(self, seed: int) -> FederatedData:
+        g = torch.Generator().manual_seed(seed)
+        clients = []
+        for k, (scale, w) in enumerate([((3.0, 0.3), (1.0, -2.0)), ((0.3, 3.0), (-2.0, 1.0))]):
+            x = torch.randn(200, 2, generator=g) * torch.tensor(scale)
+            y = torch.bernoulli(torch.sigmoid(x @ torch.tensor(w) + 1.0), generator=g).long()
+            clients.append(ClientData(k, f"d{k}", Split(x, y)))
+        return FederatedData(clients, {c.domain: c.train for c in clients}, num_classes=2)
+
+
+def global_train_loss(run_dir, data: FederatedData) -> float:
+    w = final_weights(run_dir)
+    x = torch.cat([c.train.x for c in data.clients])
+    y = torch.cat([c.train.y for c in data.clients])
+    return float(F.cross_entropy(x @ w["1.weight"].T + w["1.bias"], y))
+
+
+def test_scaffold_and_feddyn_beat_fedavg_under_client_drift(tmp_path):
+    local = LocalTraining(steps=60, batch_size=16, lr=0.3, momentum=0.0, weight_decay=0.0)
+    data = DriftToy().build(0)
+    losses = {}
+    for name, method in [("fedavg", FedAvg()), ("scaffold", Scaffold(server_lr=1.0)), ("feddyn", FedDyn(alpha=0.5))]:
+        head_federation(tmp_path / name, data=DriftToy(), seed=0, rounds=3, local=local, method=method).fit()
+        losses[name] = global_train_loss(tmp_path / name, data)
+    assert losses["scaffold"] < losses["fedavg"] - 0.03, losses
+    assert losses["feddyn"] < losses["fedavg"] - 0.03, losses
+
+
+# ---- checkpoint/resume, composition, deeper models ------------------------------------------------------------
+def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
+    from flsuite.federation.loop import ClientSampling
+
+    kw = dict(rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())
+    head_federation(tmp_path / "full", **kw).fit()
+    with pytest.raises(KeyboardInterrupt):
+        head_federation(tmp_path / "killed", executor=CrashAtRound(3), **kw).fit()
+    assert load_checkpoint(tmp_path / "killed").round == 2
+    head_federation(None, **kw).fit(resume=tmp_path / "killed")
+    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+    a, b = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")
+    assert same_weights(a.global_weights, b.global_weights)
+    assert same_weights(a.server_state["c"], b.server_state["c"])
+    for k in a.client_states:
+        assert same_weights(a.client_states[k]["c_i"], b.client_states[k]["c_i"])
+
+
+def test_scaffold_composes_with_ggeur_by_config(tmp_path):
+    data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
+    setup = [GGEUR(target_per_class=40, samples_per_prototype=10)]
+    summary = head_federation(tmp_path, data=data, rounds=2, setup=setup, method=Scaffold()).fit()
+    assert summary["last/acc_mean"] >= 0
+    stats = json.loads((tmp_path / "partition.json").read_text())
+    assert [c["num_samples"] for c in stats["clients"]] == [3 * 40 + 3 * 10] * 2
+    assert load_checkpoint(tmp_path).server_state["c"]
+
+
+def test_representation_is_logits_for_a_linear_head_and_the_last_linear_input_otherwise():
+    linear = Linear().build((5,), 3)
+    assert representation_layer(linear) is None
+    mlp = MLP(hidden=(7,)).build((5,), 3)
+    layer = representation_layer(mlp)
+    x = torch.randn(4, 5)
+    logits, z = forward_with_representation(mlp, layer, x)
+    assert z.shape == (4, 7) and torch.equal(z, mlp[:-1](x)) and torch.equal(logits, mlp(x))
+
+
+@pytest.mark.parametrize("method", [MOON(), FedProto(), FedNTD(), FedDyn(), FedOpt(server="yogi"), FedProx()])
+def test_methods_run_on_a_hidden_layer_model(tmp_path, method):
+    """Two rounds with an MLP (the hook path for MOON/FedProto); weights stay finite, client state checkpoints."""
+    head_federation(tmp_path, rounds=2, model=MLP(hidden=(6,)), method=method).fit()
+    ckpt = load_checkpoint(tmp_path)
+    assert all(torch.isfinite(v).all() for v in ckpt.global_weights.values())
+
+
+def test_fedproto_global_prototypes_are_count_weighted_means():
+    method = FedProto()
+    ups = [
+        {"protos": torch.tensor([[1.0, 0.0], [0.0, 0.0]]), "counts": torch.tensor([3, 0])},
+        {"protos": torch.tensor([[3.0, 4.0], [2.0, 2.0]]), "counts": torch.tensor([1, 5])},
+    ]
+    results = [ClientResult(k, 10, {"w": torch.zeros(1)}, upload=u) for k, u in enumerate(ups)]
+    _, state = method.aggregate(1, {"w": torch.zeros(1)}, results, {})
+    torch.testing.assert_close(state["protos"], torch.tensor([[1.5, 1.0], [2.0, 2.0]]))
+    assert state["has"].tolist() == [True, True]
+    # a round where nobody holds class 1 keeps its old prototype
+    results = [ClientResult(0, 10, {"w": torch.zeros(1)}, upload={"protos": torch.tensor([[0.0, 0.0], [9.0, 9.0]]), "counts": torch.tensor([2, 0])})]
+    _, state = method.aggregate(2, {"w": torch.zeros(1)}, results, state)
+    torch.testing.assert_close(state["protos"], torch.tensor([[0.0, 0.0], [2.0, 2.0]]))
+
+
+def test_ntd_loss_ignores_the_true_class_and_vanishes_for_equal_not_true_logits():
+    y = torch.tensor([0, 2])
+    local = torch.tensor([[5.0, 1.0, 2.0], [0.3, -1.0, 7.0]])
+    glob = torch.tensor([[-9.0, 1.0, 2.0], [0.3, -1.0, -4.0]])  # differs only at the true classes
+    assert float(ntd_loss(local, glob, y, tau=1.0)) == pytest.approx(0.0, abs=1e-7)
+    glob[0, 1] = 3.0
+    assert float(ntd_loss(local, glob, y, tau=1.0)) > 0.01
+
+
+@pytest.mark.parametrize("name", ["fedprox", "fedopt", "scaffold", "feddyn", "fedntd", "moon", "fedproto"])
+def test_config_overlays_parse(tmp_path, capsys, name):
+    from pathlib import Path
+
+    from flsuite.cli import main
+
+    base = tmp_path / "base.yaml"
+    base.write_text("rounds: 1\ndata: {class_path: flsuite.data.builtin.GaussianFeatures}\nmodel: {class_path: flsuite.models.heads.Linear}\n")
+    overlay = Path(__file__).resolve().parents[2] / "configs" / "baselines" / f"{name}.yaml"
+    try:
+        code = main(["fit", "--config", str(base), "--config", str(overlay), "--print_config"])
+    except SystemExit as exit_info:  # jsonargparse may exit after printing
+        code = exit_info.code
+    assert code in (0, None)
+    assert f"flsuite.methods.{name}." in capsys.readouterr().out
