@@ -23,13 +23,13 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
 from flsuite.federation.checkpoint import CheckpointError
-from flsuite.federation.loop import Federation
+from flsuite.federation.loop import ClientFailedError, Federation
 from flsuite.runtime import keep_freed_memory
 
 log = logging.getLogger("flsuite")
 
 #: Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message.
-USER_ERRORS = (DataError, CheckpointError, FileNotFoundError, UnreadableImageError, ValueError, TypeError)
+USER_ERRORS = (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, ValueError, TypeError)
 
 
 def fit_parser() -> ArgumentParser:
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, --print_config
         return int(done.code or 0)
     except KeyboardInterrupt:
-        print("flsuite: interrupted", file=sys.stderr)
+        print("flsuite: interrupted; the last completed round is checkpointed (continue with --resume RUN_DIR)", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
         if debug or not isinstance(err, (*USER_ERRORS, _argument_error())):

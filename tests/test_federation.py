@@ -129,6 +129,7 @@ class CrashAtRound(SerialExecutor):
     """Simulates a kill: raises when asked to run round `crash_round`."""
 
     def __init__(self, crash_round: int) -> None:
+        super().__init__()
         self.crash_round = crash_round
 
     def run(self, tasks):
@@ -150,6 +151,82 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, make):
     a, b = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")
     for k in a.global_weights:
         assert torch.equal(a.global_weights[k], b.global_weights[k])
+
+
+def test_interrupt_writes_the_last_completed_round_even_between_checkpoints(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        head_federation(tmp_path / "killed", rounds=5, checkpoint_every=10, executor=CrashAtRound(4)).fit()
+    assert load_checkpoint(tmp_path / "killed").round == 3
+    head_federation(None, rounds=5).fit(resume=tmp_path / "killed")
+    head_federation(tmp_path / "full", rounds=5).fit()
+    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+
+
+class FlakyExecutor(SerialExecutor):
+    """Client `client` raises on its first `failures` attempts in round `round` (a worker hiccup)."""
+
+    def __init__(self, client: int, failures: int, round: int = 2, max_retries: int = 1) -> None:
+        super().__init__(max_retries=max_retries)
+        self.client, self.failures, self.round, self.calls = client, failures, round, 0
+
+    def start(self, env):
+        super().start(env)
+        import flsuite.federation.executors as ex
+
+        real = ex.run_client
+
+        def flaky(env, task):
+            if task.client_id == self.client and task.round == self.round and self.calls < self.failures:
+                self.calls += 1
+                raise RuntimeError("simulated client crash")
+            return real(env, task)
+
+        self._patch = (ex, real)
+        ex.run_client = flaky
+
+    def close(self):
+        ex, real = self._patch
+        ex.run_client = real
+
+
+def test_a_client_failing_once_is_retried_and_the_run_is_unchanged(tmp_path):
+    head_federation(tmp_path / "clean").fit()
+    head_federation(tmp_path / "flaky", executor=FlakyExecutor(client=1, failures=1)).fit()
+    assert (tmp_path / "flaky" / "metrics.jsonl").read_text() == (tmp_path / "clean" / "metrics.jsonl").read_text()
+
+
+def test_a_client_that_always_fails_stops_the_run_or_is_dropped_and_recorded(tmp_path):
+    from flsuite.federation.loop import ClientFailedError
+
+    with pytest.raises(ClientFailedError, match=r"client\(s\) \[1\] failed after 2 attempt"):
+        head_federation(tmp_path / "fail", executor=FlakyExecutor(client=1, failures=99)).fit()
+    head_federation(tmp_path / "drop", executor=FlakyExecutor(client=1, failures=99), on_client_failure="drop").fit()
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "drop" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["clients_failed"] for r in records] == [[], [1], []]
+
+
+def test_non_finite_updates_are_rejected_and_recorded(tmp_path):
+    import json
+
+    from flsuite.methods.base import ClientModule
+    from flsuite.methods.fedavg import FedAvg
+
+    class Exploding(ClientModule):
+        def result(self, num_samples):
+            if self.task.client_id == 0 and self.task.round == 2:
+                with torch.no_grad():
+                    next(self.model.parameters()).fill_(float("nan"))
+            return super().result(num_samples)
+
+    class ExplodingFedAvg(FedAvg):
+        client_module = Exploding
+
+    head_federation(tmp_path, method=ExplodingFedAvg()).fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["clients_rejected"] for r in records] == [[], [0], []]
+    assert all(torch.isfinite(w).all() for w in load_checkpoint(tmp_path).global_weights.values())
 
 
 def test_resume_from_a_missing_folder_names_it(tmp_path):

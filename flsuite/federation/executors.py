@@ -1,24 +1,53 @@
 """Executors run a round's client tasks. They hold no federation state: everything a client needs travels in its
-`ClientTask` (and the run-constant `ClientEnvironment`), so any worker can run any client."""
+`ClientTask` (and the run-constant `ClientEnvironment`), so any worker can run any client.
+
+A task that raises is retried up to `max_retries` times (its seed is in the task, so a retry computes exactly what the
+first attempt would have); past that the executor returns a `ClientFailure` in its place and the round loop applies
+its `on_client_failure` policy.
+"""
 
 from __future__ import annotations
 
 import abc
+import logging
+import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.task import ClientResult, ClientTask
 
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClientFailure:
+    """A client task that failed on every attempt."""
+
+    client_id: int
+    round: int
+    error: str
+    attempts: int
+
 
 class Executor(abc.ABC):
-    """Runs client tasks; results come back in task order."""
+    """Runs client tasks; results (or failures) come back in task order.
+
+    Args:
+        max_retries: Extra attempts for a client task that raises (or whose worker dies) before it counts as failed.
+    """
+
+    def __init__(self, max_retries: int = 1) -> None:
+        if max_retries < 0:
+            raise ValueError(f"executor max_retries must be >= 0, got {max_retries}")
+        self.max_retries = max_retries
 
     def start(self, env: ClientEnvironment) -> None:
         """Called once per run before the first round (e.g. to ship `env` to workers)."""
         self.env = env
 
     @abc.abstractmethod
-    def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult]: ...
+    def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]: ...
 
     def close(self) -> None:
         """Release workers."""
@@ -27,5 +56,14 @@ class Executor(abc.ABC):
 class SerialExecutor(Executor):
     """Runs clients one after another in this process (the deterministic default)."""
 
-    def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult]:
-        return [run_client(self.env, task) for task in tasks]
+    def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
+        return [self._run_with_retries(task) for task in tasks]
+
+    def _run_with_retries(self, task: ClientTask) -> ClientResult | ClientFailure:
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                return run_client(self.env, task)
+            except Exception as err:  # noqa: BLE001 - any client error is retried, then reported as a failure
+                log.warning("client %d, round %d, attempt %d failed: %s", task.client_id, task.round, attempt, err)
+                last = "".join(traceback.format_exception_only(err)).strip()
+        return ClientFailure(task.client_id, task.round, last, attempt)

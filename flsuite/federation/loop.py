@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from jsonargparse import lazy_instance
@@ -21,10 +22,10 @@ from tqdm.auto import tqdm
 from flsuite.data.base import DataSource, FederatedData
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, FederationState, load_checkpoint, resolve_checkpoint, save_checkpoint
 from flsuite.federation.client import ClientEnvironment
-from flsuite.federation.executors import Executor, SerialExecutor
+from flsuite.federation.executors import ClientFailure, Executor, SerialExecutor
 from flsuite.federation.setup import SetupStage
-from flsuite.federation.task import ClientTask, LocalTraining
-from flsuite.federation.weights import clone_weights, num_bytes
+from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
+from flsuite.federation.weights import clone_weights, is_finite, num_bytes
 from flsuite.methods.base import Method
 from flsuite.methods.fedavg import FedAvg
 from flsuite.metrics import domain_table, evaluate, final_summary
@@ -33,6 +34,10 @@ from flsuite.seeding import derive_seed, numpy_rng
 from flsuite.tracking import Tracker, WandbConfig, environment_info, write_json
 
 log = logging.getLogger(__name__)
+
+
+class ClientFailedError(RuntimeError):
+    """A round could not proceed: a client failed under the "fail" policy, or no client update was usable."""
 
 
 @dataclass
@@ -80,6 +85,10 @@ class Federation:
         sampling: Which clients take part in each round.
         executor: Runs client fits (serial by default).
         setup: One-shot stages run before round 1 that may change the clients' data (e.g. GGEUR), in order.
+        on_client_failure: What a round does when a client task still fails after the executor's retries: "fail"
+            stops the run (the last round's checkpoint stays); "drop" aggregates the other clients and records the
+            failed ones in the round's `clients_failed`. Updates with NaN/Inf weights are always rejected and recorded
+            in `clients_rejected`.
         name: Experiment name: the run folder's parent and the W&B group (so seeds group together).
         output_dir: Where run folders are created (`<output_dir>/<name>/<time>-seed<seed>`).
         run_dir: Use exactly this run folder instead.
@@ -103,6 +112,7 @@ class Federation:
         sampling: ClientSampling = ClientSampling(),
         executor: Executor = lazy_instance(SerialExecutor),
         setup: list[SetupStage] | None = None,
+        on_client_failure: Literal["fail", "drop"] = "fail",
         name: str = "flsuite",
         output_dir: Path = Path("runs"),
         run_dir: Path | None = None,
@@ -121,6 +131,9 @@ class Federation:
         self.data, self.model, self.method = data, model, method
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
         self.setup = list(setup or [])
+        if on_client_failure not in ("fail", "drop"):
+            raise ValueError(f"on_client_failure must be 'fail' or 'drop', got {on_client_failure!r}")
+        self.on_client_failure = on_client_failure
         self.name, self.output_dir, self.run_dir = name, Path(output_dir), Path(run_dir) if run_dir else None
         self.checkpoint_every, self.eval_every, self.last_k, self.target_acc = checkpoint_every, eval_every, last_k, target_acc
         self.eval_device, self.progress, self.wandb = eval_device, progress, wandb
@@ -184,7 +197,12 @@ class Federation:
             self.executor.start(ClientEnvironment(fed, self.model, self.method, self.local, self.seed))
             bar = tqdm(total=self.rounds, initial=state.round, desc=self.name, disable=not self.progress, file=sys.stderr)
             for rnd in range(state.round + 1, self.rounds + 1):
-                record, timing = self._round(rnd, fed, state, global_model)
+                try:
+                    record, timing = self._round(rnd, fed, state, global_model)
+                except KeyboardInterrupt:
+                    save_checkpoint(state, run_dir / "checkpoints" / CHECKPOINT_NAME)
+                    log.warning("interrupted in round %d: checkpoint of round %d written; continue with --resume %s", rnd, state.round, run_dir)
+                    raise
                 state.round = rnd
                 state.history.append(record)
                 state.timings.append(timing)
@@ -218,6 +236,7 @@ class Federation:
         return state
 
     def _round(self, rnd: int, fed: FederatedData, state: FederationState, global_model: torch.nn.Module) -> tuple[dict, dict]:
+        """One round. `state` is only updated at the end, so an interrupt mid-round leaves the last round's state."""
         t0 = time.perf_counter()
         sampled = self.sampling.sample(len(fed.clients), self.seed, rnd)
         broadcast = self.method.broadcast(rnd, state.server_state)
@@ -225,19 +244,34 @@ class Federation:
             ClientTask(rnd, k, derive_seed(self.seed, rnd, k, "client"), state.global_weights, broadcast, state.client_states[k])
             for k in sampled
         ]
-        results = self.executor.run(tasks)
+        outcomes = self.executor.run(tasks)
         t_clients = time.perf_counter() - t0
-        for res in results:
-            state.client_states[res.client_id] = res.state
-        new_weights, state.server_state = self.method.aggregate(rnd, state.global_weights, results, state.server_state)
+        failed = [o for o in outcomes if isinstance(o, ClientFailure)]
+        if failed and self.on_client_failure == "fail":
+            raise ClientFailedError(
+                f"round {rnd}: client(s) {[f.client_id for f in failed]} failed after {failed[0].attempts} attempt(s): "
+                f"{failed[0].error} (set on_client_failure: drop to continue without them)"
+            )
+        results = [o for o in outcomes if isinstance(o, ClientResult) and is_finite(o.weights)]
+        rejected = [o.client_id for o in outcomes if isinstance(o, ClientResult) and not is_finite(o.weights)]
+        if rejected:
+            log.warning("round %d: rejected non-finite updates from client(s) %s", rnd, rejected)
+        if not results:
+            raise ClientFailedError(f"round {rnd}: no usable client update (failed {[f.client_id for f in failed]}, non-finite {rejected})")
+
+        new_weights, server_state = self.method.aggregate(rnd, state.global_weights, results, state.server_state)
         global_model.load_state_dict(new_weights)
-        server_metrics = self.method.server_update(rnd, global_model, state.server_state)
+        server_metrics = self.method.server_update(rnd, global_model, server_state)
         state.global_weights = clone_weights(global_model.state_dict())
+        state.server_state = server_state
+        state.client_states.update({r.client_id: r.state for r in results})
 
         n_total = sum(r.num_samples for r in results)
         record: dict[str, object] = {
             "round": rnd,
             "clients": sampled,
+            "clients_failed": [f.client_id for f in failed],
+            "clients_rejected": rejected,
             "train_loss": sum(r.train_loss * r.num_samples for r in results) / n_total,
             "bytes_down": len(tasks) * (num_bytes(tasks[0].global_weights) + num_bytes(broadcast)),
             "bytes_up": sum(num_bytes(r.weights) + num_bytes(r.upload) for r in results),
