@@ -45,6 +45,7 @@ class Recording(SerialExecutor):
     """Keeps a copy of every client result."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.results: list[ClientResult] = []
 
     def run(self, tasks):
