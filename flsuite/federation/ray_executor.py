@@ -1,0 +1,224 @@
+"""Run client fits on Ray actors: one machine's cores, or a multi-node cluster (see docs/scale-out.md).
+
+Workers are Ray actors created once per run (`start`) and reused across rounds. The run-constant
+`ClientEnvironment` (data, model spec, method, local training) goes into the object store once and each actor keeps
+it; each round the global weights and the method's broadcast are put into the object store once and passed to every
+client by reference, so a task carries only the client id, round, seed and that client's state.
+
+Results are deterministic and equal to `SerialExecutor`'s: each client's randomness comes from the seed in its task.
+
+Ray is imported lazily, so this module imports without it; `pip install 'flsuite[ray]'` installs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from flsuite.federation.client import ClientEnvironment, run_client
+from flsuite.federation.executors import ClientFailure, Executor
+from flsuite.federation.task import ClientResult, ClientTask, State
+
+log = logging.getLogger(__name__)
+
+#: Calls queued per worker at once: the next client's inputs are already there when a worker finishes one.
+_DEPTH = 2
+#: How long `start` waits for the workers to come up before going on with those that did.
+_READY_TIMEOUT_S = 300.0
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("RayExecutor needs Ray: pip install 'flsuite[ray]'") from err
+    return ray
+
+
+class _ClientWorker:
+    """A Ray actor that keeps the run's environment and runs one client task per call."""
+
+    def __init__(self, env: ClientEnvironment, torch_threads: int) -> None:
+        import torch
+
+        if torch_threads > 0:
+            torch.set_num_threads(torch_threads)
+        self.env = env
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def run(self, shared: tuple[dict, dict[str, Any]], round: int, client_id: int, seed: int, state: State) -> ClientResult:
+        global_weights, broadcast = shared
+        return run_client(self.env, ClientTask(round, client_id, seed, global_weights, broadcast, state))
+
+
+class RayExecutor(Executor):
+    """Runs client fits in parallel on Ray actors (local cores or a cluster).
+
+    A client task that raises is retried up to `max_retries` times on the same worker; a worker that dies (its
+    process exits or its node goes away) is replaced by a fresh one and the task is retried, which also counts as an
+    attempt. Past that the client is reported as failed (see the federation's `on_client_failure`).
+
+    Args:
+        address: Ray cluster to use: null starts a local Ray on this machine (stopped again by `close`); "auto"
+            attaches to the cluster this machine belongs to (started with `ray start`); "ray://<head>:10001"
+            attaches through Ray Client (needs `pip install 'ray[client]'`). If Ray is already initialised in this
+            process, that instance is used as is.
+        num_cpus: CPUs the local Ray may use (null: all); only for a local Ray (`address: null`).
+        num_workers: Worker actors (clients trained at once); null: as many as the cluster's CPUs (and GPUs) allow
+            for `cpus_per_client` / `gpus_per_client`.
+        cpus_per_client: CPUs reserved per worker.
+        gpus_per_client: GPUs reserved per worker (fractions share a GPU); set `local.accelerator: gpu` to use them.
+        max_retries: Extra attempts for a client task that raises or whose worker dies.
+        torch_threads: Threads each worker's torch uses for intra-op parallelism (0: leave torch's default).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        num_workers: int | None = None,
+        cpus_per_client: float = 1.0,
+        gpus_per_client: float = 0.0,
+        max_retries: int = 1,
+        torch_threads: int = 1,
+    ) -> None:
+        super().__init__(max_retries=max_retries)
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"RayExecutor num_workers must be >= 1 or null, got {num_workers}")
+        if cpus_per_client < 0 or gpus_per_client < 0:
+            raise ValueError("RayExecutor cpus_per_client and gpus_per_client must be >= 0")
+        if num_cpus is not None and address is not None:
+            raise ValueError("RayExecutor num_cpus applies to a local Ray only (address: null)")
+        if torch_threads < 0:
+            raise ValueError(f"RayExecutor torch_threads must be >= 0, got {torch_threads}")
+        self.address, self.num_cpus, self.num_workers = address, num_cpus, num_workers
+        self.cpus_per_client, self.gpus_per_client, self.torch_threads = cpus_per_client, gpus_per_client, torch_threads
+        self._owns_ray = False
+        self._actors: list[Any] = []
+        self._env_ref = None
+
+    # ------------------------------------------------------------------------------------------------------------
+    def start(self, env: ClientEnvironment) -> None:
+        super().start(env)
+        ray = _import_ray()
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"address": self.address}
+            if self.address is None:
+                kwargs.update(num_cpus=self.num_cpus, include_dashboard=False)
+            ray.init(**kwargs)
+            self._owns_ray = True
+        self._actor_cls = ray.remote(_ClientWorker).options(
+            num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0
+        )
+        self._env_ref = ray.put(env)
+        n = self.num_workers or self._default_num_workers(ray)
+        actors = [self._new_actor() for _ in range(n)]
+        ready = {a.ready.remote(): a for a in actors}
+        done, pending = ray.wait(list(ready), num_returns=len(ready), timeout=_READY_TIMEOUT_S)
+        up = []
+        for ref in done:
+            try:
+                ray.get(ref)
+                up.append(ready[ref])
+            except ray.exceptions.RayError as err:
+                log.warning("a Ray worker failed to start: %s", err)
+        for ref in pending:
+            ray.kill(ready[ref], no_restart=True)
+        if not up:
+            raise RuntimeError(f"RayExecutor: none of {n} workers started (resources: {ray.available_resources()})")
+        if len(up) < n:
+            log.warning("RayExecutor: %d of %d workers started (not enough resources?); going on with those", len(up), n)
+        self._actors = up
+        log.info("RayExecutor: %d workers", len(up))
+
+    def _default_num_workers(self, ray) -> int:
+        resources = ray.cluster_resources()
+        limits = []
+        if self.cpus_per_client > 0:
+            limits.append(int(resources.get("CPU", 1) // self.cpus_per_client))
+        if self.gpus_per_client > 0:
+            limits.append(int(resources.get("GPU", 0) // self.gpus_per_client))
+        return max(1, min(limits)) if limits else max(1, int(resources.get("CPU", 1)))
+
+    def _new_actor(self):
+        return self._actor_cls.remote(self._env_ref, self.torch_threads)
+
+    # ------------------------------------------------------------------------------------------------------------
+    def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
+        if not self._actors:
+            raise RuntimeError("RayExecutor.run called before start()")
+        ray = _import_ray()
+        shared: dict[tuple[int, int], Any] = {}  # one object-store copy per distinct (weights, broadcast)
+
+        def shared_ref(task: ClientTask):
+            key = (id(task.global_weights), id(task.broadcast))
+            if key not in shared:
+                shared[key] = ray.put((task.global_weights, task.broadcast))
+            return shared[key]
+
+        outcomes: list[ClientResult | ClientFailure | None] = [None] * len(tasks)
+        attempts = [0] * len(tasks)
+        queue = deque(range(len(tasks)))
+        busy = [0] * len(self._actors)  # calls in flight per worker (up to _DEPTH, so a worker never waits on us)
+        in_flight: dict[Any, tuple[int, int, Any]] = {}
+
+        while queue or in_flight:
+            while queue and min(busy) < _DEPTH:
+                slot = min(range(len(busy)), key=busy.__getitem__)
+                i, actor = queue.popleft(), self._actors[slot]
+                t = tasks[i]
+                attempts[i] += 1
+                busy[slot] += 1
+                ref = actor.run.remote(shared_ref(t), t.round, t.client_id, t.seed, t.state)
+                in_flight[ref] = (i, slot, actor)
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in done:
+                i, slot, actor = in_flight.pop(ref)
+                busy[slot] -= 1
+                try:
+                    outcomes[i] = ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    if self._actors[slot] is actor:  # the first of its calls to report the death replaces it
+                        self._replace_actor(slot)
+                    self._retry_or_fail(i, tasks[i], attempts[i], err, queue, outcomes, "worker died")
+                except ray.exceptions.RayError as err:
+                    self._retry_or_fail(i, tasks[i], attempts[i], err, queue, outcomes, "raised")
+        return outcomes  # type: ignore[return-value]
+
+    def _retry_or_fail(self, i, task, attempt, err, queue, outcomes, what) -> None:
+        cause = getattr(err, "cause", None) or err
+        message = "".join(traceback.format_exception_only(cause)).strip()
+        log.warning("client %d, round %d, attempt %d %s: %s", task.client_id, task.round, attempt, what, message)
+        if attempt <= self.max_retries:
+            queue.append(i)
+        else:
+            outcomes[i] = ClientFailure(task.client_id, task.round, message, attempt)
+
+    def _replace_actor(self, slot: int) -> None:
+        ray = _import_ray()
+        try:
+            ray.kill(self._actors[slot], no_restart=True)
+        except Exception:  # noqa: BLE001 - it is already gone
+            pass
+        self._actors[slot] = self._new_actor()
+
+    def close(self) -> None:
+        if not self._actors and not self._owns_ray:
+            return
+        ray = _import_ray()
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        self._actors, self._env_ref = [], None
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False

@@ -1,0 +1,141 @@
+"""RayExecutor: same metrics as the serial executor, retries, dropped clients, dead workers, non-finite updates.
+
+One local Ray (2 CPUs) is started for the whole module; each federation run creates (and kills) its own actors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from flsuite.federation.loop import ClientFailedError
+from flsuite.federation.ray_executor import RayExecutor
+from flsuite.methods.base import ClientModule
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.scaffold import Scaffold
+from tests.helpers import head_federation
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # workers import this test module (the test-only methods below) by name
+    root = str(Path(__file__).resolve().parents[1])
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, saved) if p)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def serial_fedavg(tmp_path_factory) -> str:
+    run_dir = tmp_path_factory.mktemp("serial_fedavg")
+    head_federation(run_dir).fit()
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+def ray_executor(**kwargs) -> RayExecutor:
+    return RayExecutor(**{"num_workers": 2, **kwargs})
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- test-only methods (module level, so Ray workers can import them) ------------------------------------------
+class Faulty(ClientModule):
+    """Client `method.client` in round `method.round`: "once" raises on its first attempt, "exit" kills its worker
+    process on its first attempt, "always" raises every time. "First" is marked by a file, seen by every worker."""
+
+    def on_fit_start(self) -> None:
+        m: FaultyFedAvg = self.method  # type: ignore[assignment]
+        if self.task.client_id != m.client or self.task.round != m.round:
+            return
+        if m.mode == "always":
+            raise RuntimeError("simulated client crash (always)")
+        marker = Path(m.marker)
+        if not marker.exists():
+            marker.touch()
+            if m.mode == "exit":
+                os._exit(1)
+            raise RuntimeError("simulated client crash")
+
+
+class FaultyFedAvg(FedAvg):
+    client_module = Faulty
+
+    def __init__(self, mode: str, marker: str = "", client: int = 1, round: int = 2) -> None:
+        super().__init__()
+        self.mode, self.marker, self.client, self.round = mode, marker, client, round
+
+
+class Exploding(ClientModule):
+    def result(self, num_samples):
+        if self.task.client_id == 0 and self.task.round == 2:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+        return super().result(num_samples)
+
+
+class ExplodingFedAvg(FedAvg):
+    client_module = Exploding
+
+
+# ---- tests ------------------------------------------------------------------------------------------------------
+def test_ray_equals_serial_for_fedavg(tmp_path, serial_fedavg):
+    head_federation(tmp_path, executor=ray_executor()).fit()
+    assert (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
+
+
+def test_ray_equals_serial_for_a_method_with_client_state(tmp_path):
+    head_federation(tmp_path / "serial", method=Scaffold()).fit()
+    head_federation(tmp_path / "ray", method=Scaffold(), executor=ray_executor()).fit()
+    assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+
+
+def test_a_client_failing_once_is_retried(tmp_path, serial_fedavg):
+    marker = tmp_path / "failed_once"
+    head_federation(tmp_path / "run", method=FaultyFedAvg("once", str(marker)), executor=ray_executor()).fit()
+    assert marker.exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == serial_fedavg
+
+
+def test_a_client_that_always_fails_is_dropped_and_recorded(tmp_path):
+    executor = ray_executor(max_retries=1)
+    with pytest.raises(ClientFailedError, match=r"client\(s\) \[1\] failed after 2 attempt"):
+        head_federation(tmp_path / "fail", method=FaultyFedAvg("always"), executor=executor).fit()
+    head_federation(tmp_path / "drop", method=FaultyFedAvg("always"), executor=ray_executor(), on_client_failure="drop").fit()
+    assert [r["clients_failed"] for r in records(tmp_path / "drop")] == [[], [1], []]
+
+
+def test_a_worker_dying_mid_round_is_replaced(tmp_path, serial_fedavg):
+    marker = tmp_path / "died_once"
+    head_federation(tmp_path / "run", method=FaultyFedAvg("exit", str(marker)), executor=ray_executor()).fit()
+    assert marker.exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == serial_fedavg
+
+
+def test_non_finite_updates_from_ray_workers_are_rejected(tmp_path):
+    head_federation(tmp_path, method=ExplodingFedAvg(), executor=ray_executor()).fit()
+    assert [r["clients_rejected"] for r in records(tmp_path)] == [[], [0], []]
+
+
+def test_executor_leaves_an_outside_ray_running_and_needs_start():
+    executor = ray_executor()
+    with pytest.raises(RuntimeError, match="before start"):
+        executor.run([])
+    executor.close()
+    assert ray.is_initialized()
