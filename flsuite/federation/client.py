@@ -39,6 +39,7 @@ def _quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*GPU available but not used.*")
+    warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*")  # lightning's pytree vs newer torch, per fit
 
 
 def make_trainer(local: LocalTraining, max_epochs: int) -> L.Trainer:
