@@ -220,7 +220,6 @@ class Federation:
             tracker.close()
             self.executor.close()
         log.info("run folder: %s", run_dir)
-        self.last_run_dir = run_dir
         return summary | {"table": table, "run_dir": str(run_dir)}
 
     def _resumed_state(self, resume: Path, fresh: FederationState, config_yaml: str) -> FederationState:
