@@ -7,6 +7,7 @@
         --variant "+ GGEUR (Step 1 & 2)=configs/ggeur/with_ggeur.yaml" \
         --seeds 0 1 2 --workers 2 --out docs/results/ggeur_digits_offline.md
 
+A variant may stack overlays, e.g. "SCAFFOLD + GGEUR=configs/baselines/scaffold.yaml,configs/ggeur/with_ggeur.yaml".
 Each run goes to `runs/<name>/<variant>/seed<k>` and is skipped when its `summary.json` exists, so a killed study
 continues where it stopped. Features are extracted first, one seed at a time (`flsuite features`), so parallel
 workers only read the cache. Workers run with one torch thread each. The table reports, per variant, each domain's
@@ -35,8 +36,8 @@ def slug(text: str) -> str:
 
 def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(base)]
-    if overlay:
-        cmd += ["--config", overlay]
+    for path in filter(None, overlay.split(",")):
+        cmd += ["--config", path]
     return cmd + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false", *extra]
 
 
@@ -72,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True)
     ap.add_argument("--base", type=Path, required=True)
-    ap.add_argument("--variant", action="append", required=True, help='"Label=overlay.yaml" (empty overlay = the base)')
+    ap.add_argument("--variant", action="append", required=True, help='"Label=overlay.yaml[,more.yaml]" (empty = the base alone)')
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=Path, default=Path("runs"))
