@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
 from flsuite.federation.loop import Federation
 from flsuite.federation.task import LocalTraining
+from flsuite.methods.base import ClientModule
+from flsuite.methods.fedavg import FedAvg
 from flsuite.models.heads import Linear, SmallCNN
 from flsuite.tracking import WandbConfig
 
@@ -42,3 +46,19 @@ def cnn_federation(run_dir: Path, **overrides: Any) -> Federation:
     )
     kwargs.update(overrides)
     return Federation(**kwargs)
+
+
+class Exploding(ClientModule):
+    """Client 0 returns NaN weights in round 2 (a diverged client)."""
+
+    def result(self, num_samples):
+        if self.task.client_id == 0 and self.task.round == 2:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+        return super().result(num_samples)
+
+
+class ExplodingFedAvg(FedAvg):
+    """FedAvg whose client 0 diverges in round 2."""
+
+    client_module = Exploding

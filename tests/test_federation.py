@@ -210,18 +210,7 @@ def test_a_client_that_always_fails_stops_the_run_or_is_dropped_and_recorded(tmp
 def test_non_finite_updates_are_rejected_and_recorded(tmp_path):
     import json
 
-    from flsuite.methods.base import ClientModule
-    from flsuite.methods.fedavg import FedAvg
-
-    class Exploding(ClientModule):
-        def result(self, num_samples):
-            if self.task.client_id == 0 and self.task.round == 2:
-                with torch.no_grad():
-                    next(self.model.parameters()).fill_(float("nan"))
-            return super().result(num_samples)
-
-    class ExplodingFedAvg(FedAvg):
-        client_module = Exploding
+    from tests.helpers import ExplodingFedAvg
 
     head_federation(tmp_path, method=ExplodingFedAvg()).fit()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -17,7 +17,7 @@ from flsuite.federation.ray_executor import RayExecutor
 from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
-from tests.helpers import head_federation
+from tests.helpers import ExplodingFedAvg, head_federation
 
 ray = pytest.importorskip("ray")
 
@@ -80,18 +80,6 @@ class FaultyFedAvg(FedAvg):
     def __init__(self, mode: str, marker: str = "", client: int = 1, round: int = 2) -> None:
         super().__init__()
         self.mode, self.marker, self.client, self.round = mode, marker, client, round
-
-
-class Exploding(ClientModule):
-    def result(self, num_samples):
-        if self.task.client_id == 0 and self.task.round == 2:
-            with torch.no_grad():
-                next(self.model.parameters()).fill_(float("nan"))
-        return super().result(num_samples)
-
-
-class ExplodingFedAvg(FedAvg):
-    client_module = Exploding
 
 
 # ---- tests ------------------------------------------------------------------------------------------------------

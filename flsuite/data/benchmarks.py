@@ -87,13 +87,11 @@ def _folder_suite(domains: Sequence[str], classes: Sequence[str] | None, domain_
 
 
 def _discover_classes(root: Path, domain: str, aliases) -> list[str]:
-    """Class names = the sorted sub-folders of the first domain's folder (Office-Home, DomainNet)."""
-    candidates = [domain, *((aliases or {}).get(domain, ()))]
-    for name in candidates:
-        for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
-            if imf.normalise_name(d.name) == imf.normalise_name(name):
-                return sorted(c.name for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
-    raise DataError(f"domain folder {domain!r} not found under {root}")
+    """Class names = the sorted sub-folders of this domain's folder (Office-Home, DomainNet)."""
+    if not Path(root).is_dir():
+        raise FileNotFoundError(f"image folder root not found: {root}")
+    folder = imf.resolve_dir(Path(root), domain, tuple((aliases or {}).get(domain, ())), "domain")
+    return sorted(c.name for c in folder.iterdir() if c.is_dir() and not c.name.startswith("."))
 
 
 def _syn_folder(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:

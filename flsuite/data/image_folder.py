@@ -46,6 +46,7 @@ __all__ = [
     "load_image",
     "load_image_folder_arrays",
     "normalise_name",
+    "resolve_dir",
     "scan_image_folder",
 ]
 
@@ -109,7 +110,8 @@ def _visible_subdirs(parent: Path) -> list[Path]:
     return sorted(d for d in parent.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
-def _resolve_dir(parent: Path, canonical: str, aliases: Sequence[str], kind: str) -> Path:
+def resolve_dir(parent: Path, canonical: str, aliases: Sequence[str], kind: str) -> Path:
+    """The sub-folder of `parent` for a canonical name: exact name, then normalised name, then each alias."""
     subdirs = _visible_subdirs(parent)
     names = [canonical, *aliases]
     by_name = {d.name: d for d in subdirs}
@@ -167,11 +169,11 @@ def scan_image_folder(
     class_aliases = class_aliases or {}
     result: dict[str, list[Entry]] = {}
     for domain in domains:
-        ddir = _resolve_dir(root, domain, tuple(domain_aliases.get(domain, ())), "domain")
+        ddir = resolve_dir(root, domain, tuple(domain_aliases.get(domain, ())), "domain")
         entries: list[Entry] = []
         used: dict[Path, str] = {}
         for label, cls in enumerate(classes):
-            cdir = _resolve_dir(ddir, cls, tuple(class_aliases.get(cls, ())), f"class (domain {domain!r})")
+            cdir = resolve_dir(ddir, cls, tuple(class_aliases.get(cls, ())), f"class (domain {domain!r})")
             if cdir in used:
                 raise ValueError(f"classes {used[cdir]!r} and {cls!r} both resolve to folder {cdir}")
             used[cdir] = cls

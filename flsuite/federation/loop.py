@@ -164,7 +164,9 @@ class Federation:
 
     def _initial_state(self, fed: FederatedData) -> FederationState:
         torch.manual_seed(derive_seed(self.seed, purpose="model_init"))
-        weights = clone_weights(self.model.build(fed.input_shape, fed.num_classes).state_dict())
+        model = self.model.build(fed.input_shape, fed.num_classes)
+        self.method.setup(model, len(fed.clients))
+        weights = clone_weights(model.state_dict())
         return FederationState(
             round=0,
             global_weights=weights,

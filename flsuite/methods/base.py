@@ -109,6 +109,15 @@ class Method:
     """
 
     client_module: ClassVar[type[ClientModule]] = ClientModule
+    #: Set by `setup`: the federation's number of clients, and which state-dict entries are trainable parameters
+    #: (the others are buffers, e.g. BatchNorm statistics).
+    num_clients: int = 0
+    parameter_names: tuple[str, ...] = ()
+
+    def setup(self, model: nn.Module, num_clients: int) -> None:
+        """Called by the round loop once per run (and on resume) before any other hook."""
+        self.num_clients = num_clients
+        self.parameter_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
 
     def init_server_state(self, global_weights: Weights) -> State:
         """Server-side state kept across rounds (checkpointed)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.base import ClientModule
@@ -67,41 +66,26 @@ class FedDyn(FedAvg):
         if alpha <= 0:
             raise ValueError(f"FedDyn alpha must be > 0, got {alpha}")
         self.alpha = alpha
-        self._client_ids: set[int] = set()
-        self._pending: tuple[Weights, Sequence[ClientResult]] | None = None
 
     def init_server_state(self, global_weights: Weights) -> State:
-        self._client_ids = set()  # refilled by init_client_state: N, the number of clients
         return {"h": {}}  # zeros until the first round
 
     def init_client_state(self, client_id: int, global_weights: Weights) -> State:
-        self._client_ids.add(client_id)
         return {"grad": {}}
 
     def aggregate(
         self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
     ) -> tuple[Weights, State]:
-        # FedAvg for every entry (right for buffers); server_update then replaces the trainable parameters, which
-        # only the model can name (the round loop calls it right after aggregate).
-        self._pending = (global_weights, results)
-        return super().aggregate(round, global_weights, results, server_state)
-
-    @torch.no_grad()
-    def server_update(self, round: int, global_model: nn.Module, server_state: State) -> dict[str, float]:
-        if self._pending is None:
-            raise RuntimeError("FedDyn.server_update called without a preceding aggregate")
-        start, results = self._pending
-        self._pending = None
+        """FedAvg for buffers; h and θ^t as in the module docstring for every trainable parameter."""
+        new, _ = super().aggregate(round, global_weights, results, server_state)
         m = len(results)
-        num_clients = max(len(self._client_ids), m)
-        h = server_state["h"]
-        for name, p in global_model.named_parameters():
-            if not p.requires_grad:
-                continue
-            x = start[name].to(torch.float64)
+        h = dict(server_state["h"])
+        for name in self.parameter_names:
+            dtype = global_weights[name].dtype
+            x = global_weights[name].to(torch.float64)
             total = sum(r.weights[name].to(torch.float64) for r in results)
             prev_h = h[name].to(torch.float64) if name in h else torch.zeros_like(x)
-            new_h = prev_h - self.alpha * (total - m * x) / num_clients
-            h[name] = new_h.to(p.dtype)
-            p.copy_((total / m - new_h / self.alpha).to(p.dtype))
-        return {}
+            new_h = prev_h - self.alpha * (total - m * x) / self.num_clients
+            h[name] = new_h.to(dtype)
+            new[name] = (total / m - new_h / self.alpha).to(dtype)
+        return new, {**server_state, "h": h}

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from torch import nn
 
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
@@ -54,7 +53,6 @@ class FedOpt(FedAvg):
             raise ValueError("FedOpt needs server_lr > 0, tau > 0 and momentum, beta1, beta2 in [0, 1)")
         self.server, self.server_lr, self.momentum = server, server_lr, momentum
         self.beta1, self.beta2, self.tau = beta1, beta2, tau
-        self._round_start: Weights | None = None
 
     def init_server_state(self, global_weights: Weights) -> State:
         return {"m": {}, "v": {}}
@@ -62,27 +60,16 @@ class FedOpt(FedAvg):
     def aggregate(
         self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
     ) -> tuple[Weights, State]:
-        # FedAvg's average; the optimiser step happens in server_update, where the model says which entries are
-        # trainable parameters (the round loop calls server_update right after aggregate, on the averaged model).
-        self._round_start = global_weights
-        return super().aggregate(round, global_weights, results, server_state)
-
-    @torch.no_grad()
-    def server_update(self, round: int, global_model: nn.Module, server_state: State) -> dict[str, float]:
-        start, self._round_start = self._round_start, None
-        if start is None:
-            raise RuntimeError("FedOpt.server_update called without a preceding aggregate")
-        m, v = server_state["m"], server_state["v"]
-        sq_norm = 0.0
-        for name, p in global_model.named_parameters():
-            if not p.requires_grad:
-                continue
-            x = start[name].to(torch.float64)
-            delta = x - p.detach().cpu().to(torch.float64)  # pseudo-gradient x_t − avg
-            sq_norm += float(delta.pow(2).sum())
+        """FedAvg's average, then the server optimiser step on every trainable parameter."""
+        new, _ = super().aggregate(round, global_weights, results, server_state)
+        m, v = dict(server_state["m"]), dict(server_state["v"])
+        for name in self.parameter_names:
+            dtype = global_weights[name].dtype
+            x = global_weights[name].to(torch.float64)
+            delta = x - new[name].to(torch.float64)  # pseudo-gradient x_t − avg
             if self.server == "sgd":
-                mom = delta if name not in m else self.momentum * m[name].to(torch.float64) + delta
-                step = mom
+                step = delta if name not in m else self.momentum * m[name].to(torch.float64) + delta
+                mom = step
             else:
                 mom = (1 - self.beta1) * delta
                 if name in m:
@@ -93,8 +80,8 @@ class FedOpt(FedAvg):
                     var = self.beta2 * prev_v + (1 - self.beta2) * d2
                 else:
                     var = prev_v - (1 - self.beta2) * d2 * torch.sign(prev_v - d2)
-                v[name] = var.to(p.dtype)
+                v[name] = var.to(dtype)
                 step = mom / (var.sqrt() + self.tau)
-            m[name] = mom.to(p.dtype)
-            p.copy_((x - self.server_lr * step).to(p.dtype))
-        return {"pseudo_grad_norm": sq_norm**0.5}
+            m[name] = mom.to(dtype)
+            new[name] = (x - self.server_lr * step).to(dtype)
+        return new, {**server_state, "m": m, "v": v}

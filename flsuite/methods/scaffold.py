@@ -82,14 +82,11 @@ class Scaffold(Method):
         if server_lr <= 0:
             raise ValueError(f"SCAFFOLD server_lr must be > 0, got {server_lr}")
         self.server_lr = server_lr
-        self._client_ids: set[int] = set()
 
     def init_server_state(self, global_weights: Weights) -> State:
-        self._client_ids = set()  # refilled by init_client_state: N, the number of clients, for c's update
         return {"c": {}}  # zeros until the first round (clients treat a missing entry as zero)
 
     def init_client_state(self, client_id: int, global_weights: Weights) -> State:
-        self._client_ids.add(client_id)
         return {"c_i": {}}
 
     def broadcast(self, round: int, server_state: State) -> dict:
@@ -101,7 +98,7 @@ class Scaffold(Method):
         # buffers (and anything without a control variate): FedAvg; parameters: x + η_g mean(Δy)
         new = weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])
         m = len(results)
-        num_clients = max(len(self._client_ids), m)
+        num_clients = self.num_clients
         c = dict(server_state["c"])
         for name in results[0].upload["delta_y"]:
             mean_dy = sum(r.upload["delta_y"][name].to(torch.float64) for r in results) / m

@@ -135,3 +135,18 @@ def test_unreadable_image_is_named_or_skipped(office_folder, tmp_path):
     clean = Benchmark("office_caltech10", root=office_folder, image_size=12).build(0)
     total = lambda d: sum(len(c.train) for c in d.clients) + sum(len(t) for t in d.test.values())  # noqa: E731
     assert total(data) == total(clean)
+
+
+def test_office_home_classes_come_from_the_folders_and_domain_names_are_mapped(tmp_path):
+    rng = np.random.default_rng(1)
+    for domain in ("Art", "Clipart", "Product", "Real World"):
+        for cls in ("Bike", "Alarm_Clock", "Mug"):
+            d = tmp_path / domain / cls
+            d.mkdir(parents=True)
+            for i in range(5):
+                Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(d / f"{i}.jpg")
+    data = Benchmark("office_home", root=tmp_path, image_size=8).build(0)
+    assert data.classes == ("Alarm_Clock", "Bike", "Mug")
+    assert list(data.test) == ["art", "clipart", "product", "real_world"]
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        Benchmark("office_home", root=tmp_path / "nowhere").build(0)

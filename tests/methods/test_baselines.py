@@ -114,10 +114,10 @@ def test_fedopt_first_adam_step_matches_hand_computation():
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     client = {k: v + 0.3 for k, v in start.items()}
     results = [ClientResult(client_id=0, num_samples=5, weights=client)]
+    method.setup(model, num_clients=1)
     state = method.init_server_state(start)
-    avg, state = method.aggregate(1, start, results, state)
-    model.load_state_dict(avg)
-    method.server_update(1, model, state)
+    new, state = method.aggregate(1, start, results, state)
+    model.load_state_dict(new)
     delta = torch.full_like(start["weight"], -0.3)
     m, v = 0.1 * delta, 0.99 * 1e-6 + 0.01 * delta**2
     torch.testing.assert_close(model.weight.detach(), start["weight"] - 0.5 * m / (v.sqrt() + 1e-3))
