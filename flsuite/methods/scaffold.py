@@ -9,11 +9,14 @@ Server, over the round's clients S of N:   x ← x + η_g · mean_{k∈S} Δy_k,
 Control variates exist for the trainable parameters only; buffers (e.g. BatchNorm statistics) are averaged as
 FedAvg (∝ client sample count).
 
-Option II assumes plain SGD steps y ← y − η_l g. With local momentum or weight decay the correction is still added
-to the gradient before the optimiser step (so it enters the momentum buffer too), and (x − y)/(K η_l) then estimates
-the mean *effective* update direction rather than the mean gradient: with momentum β it is inflated by up to
-1/(1 − β) for long local runs. The suite keeps the paper's formula (K η_l, with η_l = `local.lr`) unchanged; use
-`local.momentum: 0` for the textbook algorithm.
+Option II assumes plain SGD steps y ← y − η_l g, so that (x − y)/(K η_l) is the mean corrected gradient. The
+papers' local optimiser is SGD with momentum β = 0.9 (heavy ball, torch's buffer m_k = β m_{k−1} + g_k), whose K
+steps move y by η_l Σ_k m_k = η_l Σ_j g_j (1 − β^{K−j+1})/(1 − β): the textbook formula then returns c_k⁺ inflated
+by ≈ 1/(1 − β) = 10×, the correction (c − c_k) is 10× too strong and, on digits_offline with the GGEUR settings,
+the global model diverged from round 2 (train loss 9e2 at round 4, non-finite at round 40). The suite therefore
+divides by the *effective* number of steps, K_eff = Σ_{k=1}^{K} (1 − β^k)/(1 − β), which is exact for a constant
+gradient and equals K when β = 0 (`effective_steps: false` restores the textbook K η_l for any optimiser). Adam/AdamW
+steps are not linear in the gradient; they use K.
 """
 
 from __future__ import annotations
@@ -25,6 +28,15 @@ import torch
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import weighted_average
 from flsuite.methods.base import ClientModule, Method
+
+
+def effective_steps(steps: int, momentum: float) -> float:
+    """K_eff = Σ_{k=1}^{K} (1 − β^k)/(1 − β) = (K − β(1 − β^K)/(1 − β))/(1 − β): K heavy-ball SGD steps on a constant
+    gradient g move the weights by η_l · K_eff · g (K_eff = K when β = 0)."""
+    if momentum == 0:
+        return float(steps)
+    b = momentum
+    return (steps - b * (1 - b**steps) / (1 - b)) / (1 - b)
 
 
 class ScaffoldClient(ClientModule):
@@ -47,7 +59,7 @@ class ScaffoldClient(ClientModule):
                 p.grad.add_(self._correction[n])
 
     def on_fit_end(self) -> None:
-        scale = 1.0 / (max(self.num_steps, 1) * self.local.lr)
+        scale = 1.0 / (self.steps_taken() * self.local.lr)
         delta_y, delta_c, new_c_i = {}, {}, {}
         for n, p in self.model.named_parameters():
             if n not in self._correction:
@@ -60,6 +72,12 @@ class ScaffoldClient(ClientModule):
             new_c_i[n] = c_plus.cpu()
         self._upload = {"delta_y": delta_y, "delta_c": delta_c}
         self._new_c_i = new_c_i
+
+    def steps_taken(self) -> float:
+        """K (textbook) or K_eff for SGD with momentum: the divisor of (x − y)/η_l in option II."""
+        steps = max(self.num_steps, 1)
+        momentum = self.local.momentum if self.local.optimizer == "sgd" else 0.0
+        return effective_steps(steps, momentum) if self.method.effective_steps else float(steps)
 
     def upload(self) -> dict:
         return self._upload
@@ -74,14 +92,17 @@ class Scaffold(Method):
     Args:
         server_lr: Global step size η_g in x ← x + η_g · mean(Δy) (0.25: GGEUR's Table 9; 1.0 is the paper's default
             and, with zero control variates, makes round 1 equal FedAvg with uniform weights).
+        effective_steps: Divide (x − y)/η_l by the effective step count K_eff of SGD with momentum (see the module
+            docstring; the suite's default, a recorded deviation) rather than by K (the textbook formula).
     """
 
     client_module = ScaffoldClient
 
-    def __init__(self, server_lr: float = 0.25) -> None:
+    def __init__(self, server_lr: float = 0.25, effective_steps: bool = True) -> None:
         if server_lr <= 0:
             raise ValueError(f"SCAFFOLD server_lr must be > 0, got {server_lr}")
         self.server_lr = server_lr
+        self.effective_steps = effective_steps
 
     def init_server_state(self, global_weights: Weights) -> State:
         return {"c": {}}  # zeros until the first round (clients treat a missing entry as zero)

@@ -23,7 +23,7 @@ from flsuite.methods.fedproto import FedProto
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.ggeur import GGEUR
 from flsuite.methods.moon import MOON, forward_with_representation, representation_layer
-from flsuite.methods.scaffold import Scaffold
+from flsuite.methods.scaffold import Scaffold, effective_steps
 from flsuite.models.heads import MLP, Linear
 from tests.test_federation import CrashAtRound
 from tests.helpers import head_federation
@@ -152,6 +152,33 @@ def test_scaffold_round_one_with_unit_server_lr_is_uniform_fedavg(tmp_path):
     head_federation(tmp_path / "s2", rounds=2, local=SGD, method=Scaffold(server_lr=1.0)).fit()
     head_federation(tmp_path / "a2", rounds=2, local=SGD, method=FedAvg(weighting="uniform")).fit()
     assert not same_weights(final_weights(tmp_path / "s2"), final_weights(tmp_path / "a2"), atol=1e-4)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
+@pytest.mark.parametrize("steps", [1, 7, 300])
+def test_effective_steps_is_the_displacement_of_momentum_sgd_on_a_constant_gradient(steps, momentum):
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    g = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    opt = torch.optim.SGD([w], lr=0.1, momentum=momentum)
+    for _ in range(steps):
+        opt.zero_grad()
+        (w @ g).backward()
+        opt.step()
+    torch.testing.assert_close(-w.detach() / (0.1 * effective_steps(steps, momentum)), g, rtol=1e-10, atol=0)
+
+
+def test_scaffold_control_variates_with_momentum_use_effective_steps(tmp_path):
+    local = LocalTraining(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=0.0)
+    for flag in (True, False):
+        rec = Recording()
+        fed = head_federation(tmp_path / str(flag), rounds=1, local=local, method=Scaffold(effective_steps=flag), executor=rec)
+        x = fed._initial_state(fed.build_data()[0]).global_weights
+        fed.fit()
+        r = rec.results[0]
+        steps = effective_steps(r.num_steps, 0.9) if flag else r.num_steps
+        expected = (x["1.weight"] - r.weights["1.weight"]) / (steps * local.lr)
+        torch.testing.assert_close(r.state["c_i"]["1.weight"], expected, rtol=0, atol=1e-6)
+    assert effective_steps(r.num_steps, 0.9) > 3 * r.num_steps  # the textbook divisor K inflates c_i > 3x here
 
 
 # ---- FedDyn ----------------------------------------------------------------------------------------------------
