@@ -60,7 +60,7 @@ def resolved_config_yaml(parser: ArgumentParser, cfg: Namespace) -> str:
     for key in ("config", "resume", "__path__"):
         if key in cfg:
             del cfg[key]
-    return parser.dump(cfg, skip_none=False)
+    return parser.dump(cfg, skip_unset=False)
 
 
 def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
