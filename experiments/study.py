@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
@@ -101,7 +102,7 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.workers) as pool:
         failed = [r for r in pool.map(job, jobs) if r[2] != 0]
-    command = "python experiments/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = args.command or "python experiments/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = table(args.name, variants, args.seeds, runs, command)
     print(text)
     if args.out:

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The GGEUR paper's Table 4 structure on digits_offline (EfficientNet-Lite0 features, linear head): every baseline
+# with and without GGEUR (Steps 1 & 2), 3 seeds. About 4 h on 2 CPU cores (a "+ GGEUR" run trains on ~20k
+# embeddings per client: 10-18 min each); finished runs are skipped, so the script can be stopped and rerun.
+#   bash experiments/ggeur_table4_digits_offline.sh [--seeds 0 1 2] [--workers 2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+variants=(--variant "FedAvg=" --variant "FedAvg + GGEUR=configs/ggeur/with_ggeur.yaml")
+for m in SCAFFOLD:scaffold MOON:moon FedDyn:feddyn FedOpt:fedopt FedProto:fedproto FedNTD:fedntd FedProx:fedprox; do
+  label=${m%%:*} overlay=configs/baselines/${m##*:}.yaml
+  variants+=(--variant "$label=$overlay" --variant "$label + GGEUR=$overlay,configs/ggeur/with_ggeur.yaml")
+done
+exec python experiments/study.py --name ggeur_table4_digits_offline --base configs/ggeur/effnet/digits_offline.yaml \
+  "${variants[@]}" --seeds 0 1 2 --workers 2 --out docs/results/ggeur_table4_digits_offline.md \
+  --command "bash experiments/ggeur_table4_digits_offline.sh" "$@"
