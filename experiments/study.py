@@ -96,6 +96,8 @@ def main() -> None:
     def job(item: tuple[str, str, int]) -> tuple[str, int, int]:
         label, overlay, seed = item
         run_dir = runs / slug(label) / f"seed{seed}"
+        if (run_dir / "summary.json").is_file():  # finished meanwhile (e.g. by another study of the same name)
+            return label, seed, 0
         code = run(fit_command(args.base, overlay, seed, run_dir, extra), runs / slug(label) / f"seed{seed}.log")
         print(f"{label} seed {seed}: exit {code}", flush=True)
         return label, seed, code
