@@ -5,7 +5,8 @@
 #   bash experiments/ggeur_table4_digits_offline.sh [--seeds 0 1 2] [--workers 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-variants=(--variant "FedAvg=" --variant "FedAvg + GGEUR=configs/ggeur/with_ggeur.yaml")
+variants=(--variant "FedAvg=" --variant "FedAvg + GGEUR=configs/ggeur/with_ggeur.yaml"
+          --variant "FedAvg (uniform weights)=configs/baselines/fedavg_uniform.yaml")
 for m in SCAFFOLD:scaffold MOON:moon FedDyn:feddyn FedOpt:fedopt FedProto:fedproto FedNTD:fedntd FedProx:fedprox; do
   label=${m%%:*} overlay=configs/baselines/${m##*:}.yaml
   variants+=(--variant "$label=$overlay" --variant "$label + GGEUR=$overlay,configs/ggeur/with_ggeur.yaml")

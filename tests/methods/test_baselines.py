@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -303,18 +304,23 @@ def test_ntd_loss_ignores_the_true_class_and_vanishes_for_equal_not_true_logits(
     assert float(ntd_loss(local, glob, y, tau=1.0)) > 0.01
 
 
-@pytest.mark.parametrize("name", ["fedprox", "fedopt", "scaffold", "feddyn", "fedntd", "moon", "fedproto"])
-def test_config_overlays_parse(tmp_path, capsys, name):
-    from pathlib import Path
+OVERLAYS = sorted((Path(__file__).resolve().parents[2] / "configs" / "baselines").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.stem)
+def test_config_overlays_parse(tmp_path, capsys, overlay):
+    import yaml
 
     from flsuite.cli import main
 
     base = tmp_path / "base.yaml"
     base.write_text("rounds: 1\ndata: {class_path: flsuite.data.builtin.GaussianFeatures}\nmodel: {class_path: flsuite.models.heads.Linear}\n")
-    overlay = Path(__file__).resolve().parents[2] / "configs" / "baselines" / f"{name}.yaml"
     try:
         code = main(["fit", "--config", str(base), "--config", str(overlay), "--print_config"])
     except SystemExit as exit_info:  # jsonargparse may exit after printing
         code = exit_info.code
     assert code in (0, None)
-    assert f"flsuite.methods.{name}." in capsys.readouterr().out
+    method = yaml.safe_load(capsys.readouterr().out)["method"]
+    expected = yaml.safe_load(overlay.read_text())["method"]
+    assert method["class_path"] == expected["class_path"]
+    assert method["init_args"] | expected["init_args"] == method["init_args"]  # every overlay value was applied
