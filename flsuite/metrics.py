@@ -3,11 +3,13 @@
 - Per-domain top-1 accuracy (%) of the global model on each domain's test set (torchmetrics).
 - `acc_mean`: unweighted mean over domains; `acc_std`: population standard deviation over domains (GGEUR's
   convention, ddof=0); `acc_std_sample`: sample standard deviation (FKPL's convention, ddof=1; only with ≥ 2 domains).
-- Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last.
+- Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last; the final
+  STD is the standard deviation across domains of the last-k mean accuracies (the papers' tables).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -51,20 +53,46 @@ def evaluate(model: nn.Module, test: Mapping[str, Split], num_classes: int, devi
     return domain_summary({d: accuracy(model, s, num_classes, device=device) for d, s in test.items()})
 
 
+def final_prefix(last_k: int) -> str:
+    """The summary-key prefix of the last-k averages, e.g. `last5/` (it follows `last_k`, never a fixed 5)."""
+    return f"last{last_k}/"
+
+
+def summary_prefix(summary: Mapping[str, object]) -> str:
+    """The last-k prefix a summary was written with (`last5/` for `last_k=5`), read from its keys."""
+    for key in summary:
+        m = re.fullmatch(r"(last\d+/)acc_mean", key)
+        if m:
+            return m.group(1)
+    raise KeyError("summary has no last<k>/acc_mean key (an unfinished run, or not a flsuite summary)")
+
+
 def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None) -> dict[str, object]:
     """Final numbers from the per-round records that carry accuracy.
 
-    `last{k}/<metric>` averages each accuracy metric over the last k evaluated rounds (per-domain accuracies,
-    acc_mean; and acc_std/acc_std_sample as the mean of the per-round values, GGEUR's "average of the last five
-    rounds' accuracy and variance"). `best/acc_mean` and its round; `last/<metric>`; `rounds_to_target` (first
-    round whose acc_mean reaches `target_acc`, or None).
+    `last{k}/<metric>`: each per-domain accuracy and acc_mean averaged over the last k evaluated rounds (fewer when
+    the run has fewer; `last{k}/rounds` says how many). The final STDs follow the papers' tables: the standard
+    deviation across domains of the last-k mean accuracies, population (`last{k}/acc_std`, GGEUR) and sample
+    (`last{k}/acc_std_sample`, FKPL; ≥ 2 domains). The mean of the per-round STDs (this suite's earlier final STD)
+    is kept as `last{k}/mean_of_round_acc_std` (and `_sample`). Also `last/<metric>` (last evaluated round),
+    `best/acc_mean` and its round, and `rounds_to_target` (first round whose acc_mean reaches `target_acc`, or None).
     """
     evaluated = [r for r in history if "acc_mean" in r]
     if not evaluated:
         return {}
+    prefix = final_prefix(last_k)
     keys = [k for k in evaluated[-1] if k.startswith(ACC_PREFIX) or k.startswith("acc_")]
     tail = evaluated[-last_k:]
-    out: dict[str, object] = {f"last{last_k}/{k}": float(np.mean([float(r[k]) for r in tail])) for k in keys}
+    means = {k: float(np.mean([float(r[k]) for r in tail])) for k in keys}
+    out: dict[str, object] = {f"{prefix}{k}": v for k, v in means.items() if k not in ("acc_std", "acc_std_sample")}
+    domain_means = np.array([v for k, v in means.items() if k.startswith(ACC_PREFIX)], dtype=np.float64)
+    out[f"{prefix}acc_std"] = float(domain_means.std(ddof=0))
+    if len(domain_means) > 1:
+        out[f"{prefix}acc_std_sample"] = float(domain_means.std(ddof=1))
+    for k in ("acc_std", "acc_std_sample"):
+        if k in means:
+            out[f"{prefix}mean_of_round_{k}"] = means[k]
+    out[f"{prefix}rounds"] = len(tail)
     out.update({f"last/{k}": float(evaluated[-1][k]) for k in keys})
     best = max(evaluated, key=lambda r: float(r["acc_mean"]))
     out["best/acc_mean"] = float(best["acc_mean"])
@@ -77,12 +105,24 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
 
 
 def domain_table(summary: Mapping[str, object], domains: Sequence[str], last_k: int = 5) -> str:
-    """A Markdown table: one row per statistic (last-k average, last, best-round mean) and a column per domain."""
-    header = "| | " + " | ".join(domains) + " | AVG | STD |"
-    rule = "|---" * (len(domains) + 3) + "|"
+    """A Markdown table: one row per statistic (last-k average, last round) and a column per domain.
+
+    AVG is the mean over domains; STD the population standard deviation across domains (GGEUR), STD (n-1) the
+    sample one (FKPL; with ≥ 2 domains). The first row's label says how many rounds it averages when the run had
+    fewer evaluated rounds than `last_k`.
+    """
+    prefix = final_prefix(last_k)
+    sample = f"{prefix}acc_std_sample" in summary
+    header = "| | " + " | ".join(domains) + " | AVG | STD |" + (" STD (n-1) |" if sample else "")
+    rule = "|---" * (len(domains) + 3 + sample) + "|"
     rows = [header, rule]
-    for label, prefix in ((f"last-{last_k} avg", f"last{last_k}/"), ("last round", "last/")):
-        cells = [f"{float(summary[f'{prefix}{ACC_PREFIX}{d}']):.2f}" for d in domains]
-        cells += [f"{float(summary[f'{prefix}acc_mean']):.2f}", f"{float(summary[f'{prefix}acc_std']):.2f}"]
+    averaged = int(summary.get(f"{prefix}rounds", last_k))  # type: ignore[arg-type]
+    first = f"last-{last_k} avg" if averaged >= last_k else f"last-{averaged} avg (run shorter than last_k={last_k})"
+    for label, row in ((first, prefix), ("last round", "last/")):
+        cells = [f"{float(summary[f'{row}{ACC_PREFIX}{d}']):.2f}" for d in domains]
+        cells += [f"{float(summary[f'{row}acc_mean']):.2f}", f"{float(summary[f'{row}acc_std']):.2f}"]
+        if sample:
+            value = summary.get(f"{row}acc_std_sample")
+            cells.append("—" if value is None else f"{float(value):.2f}")  # type: ignore[arg-type]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
