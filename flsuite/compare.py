@@ -1,0 +1,342 @@
+"""`flsuite compare RUNS...`: compare methods across finished runs (Markdown, a self-contained HTML page, one PNG).
+
+    flsuite compare runs/my_study                      # a study folder: every run folder below it
+    flsuite compare runs/fedavg/*-seed* runs/fedprox   # run folders, globs, or folders of runs
+    flsuite compare runs/my_study --out reports/my_study --target 80
+
+Decisions:
+- A run folder is a folder holding `summary.json` (finished runs; unfinished ones are listed as skipped). Runs are
+  grouped by their parent folder: `runs/<name>/<time>-seed<k>` (plain `flsuite fit`) groups by experiment name,
+  `runs/<study>/<variant>/seed<k>` (experiments/study.py) by variant. The group's label is the parent's name (or its
+  path below the runs' common folder when two parents share a name). Callers (study.py) may pass labels instead.
+- Final numbers come from each run's `summary.json` with the prefix it was written with (`last{k}/`, k = the run's
+  `last_k`); a group whose runs used different k is an error. Per domain, AVG (mean over domains), STD (population
+  std across domains of the last-k mean accuracies, GGEUR) and STD (n-1) (sample std, FKPL) are shown as
+  mean ± population std over the group's runs (seeds).
+- Rounds to target: the first round whose acc_mean reaches `--target` (from metrics.jsonl), else the runs' own
+  `target_acc` from their summary; shown as the mean over the runs that reached it and how many did.
+- Bytes per round: mean over rounds of metrics.jsonl's `bytes_up`/`bytes_down` (the whole round's traffic); time
+  per round: mean of timings.jsonl's `time/round_s`. Both averaged over runs.
+- Convergence: acc_mean per round, the mean over runs as a line and mean ± std over runs shaded, every group on one
+  PNG, over the rounds all of a group's runs evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import glob
+import html
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from flsuite.metrics import ACC_PREFIX, summary_prefix
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """One finished run folder, read once."""
+
+    path: Path
+    summary: dict[str, Any]
+    history: list[dict[str, Any]]
+    timings: list[dict[str, Any]]
+    config: dict[str, Any]
+
+    @property
+    def prefix(self) -> str:
+        return summary_prefix(self.summary)
+
+    @property
+    def domains(self) -> list[str]:
+        start = self.prefix + ACC_PREFIX
+        return [k.removeprefix(start) for k in self.summary if k.startswith(start)]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_run(path: Path) -> Run:
+    """Read a run folder's summary, metrics, timings and config."""
+    path = Path(path)
+    summary_file = path / "summary.json"
+    if not summary_file.is_file():
+        raise FileNotFoundError(f"{summary_file} does not exist (not a finished flsuite run folder)")
+    summary = json.loads(summary_file.read_text())
+    try:
+        summary_prefix(summary)
+    except KeyError as err:
+        raise ValueError(f"{summary_file}: {err.args[0]}") from None
+    config_file = path / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), config or {})
+
+
+def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
+    """Run folders from folders, globs or study folders: (finished runs, unfinished ones skipped), sorted."""
+    found: set[Path] = set()
+    skipped: set[Path] = set()
+    for pattern in patterns:
+        matches = [Path(m) for m in sorted(glob.glob(str(pattern)))] or [Path(pattern)]
+        for match in matches:
+            if not match.exists():
+                raise FileNotFoundError(f"{pattern}: no such run folder, study folder or glob match")
+            if (match / "summary.json").is_file():
+                found.add(match)
+            elif (match / "metrics.jsonl").is_file():
+                skipped.add(match)
+            elif match.is_dir():
+                found |= {p.parent for p in match.rglob("summary.json")}
+                skipped |= {p.parent for p in match.rglob("metrics.jsonl") if not (p.parent / "summary.json").is_file()}
+    if not found:
+        raise FileNotFoundError(f"no finished run folder (with summary.json) under {', '.join(map(str, patterns))}")
+    return sorted(found), sorted(skipped)
+
+
+def group_by_parent(runs: Sequence[Path]) -> dict[str, list[Path]]:
+    """Group run folders by their parent folder, labelled by its name (or its path below the common folder)."""
+    parents = sorted({Path(r).parent for r in runs})
+    names = [p.name for p in parents]
+    if len(set(names)) < len(names):
+        common = Path(os.path.commonpath([str(p) for p in parents]))
+        names = [str(p.relative_to(common)) for p in parents]
+    label = dict(zip(parents, names))
+    groups: dict[str, list[Path]] = {}
+    for r in sorted(runs):
+        groups.setdefault(label[Path(r).parent], []).append(Path(r))
+    return groups
+
+
+@dataclass
+class GroupStats:
+    """A group's numbers; each accuracy entry is the list of per-run values."""
+
+    label: str
+    runs: list[Run]
+    k: int
+    rounds_averaged: list[int]
+    acc: dict[str, list[float]] = field(default_factory=dict)  # domain -> per-run last-k accuracy
+    avg: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+    std_sample: list[float] = field(default_factory=list)
+    rounds_to_target: list[int | None] = field(default_factory=list)
+    target: float | None = None
+    bytes_up: list[float] = field(default_factory=list)
+    bytes_down: list[float] = field(default_factory=list)
+    round_s: list[float] = field(default_factory=list)
+
+
+def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:
+    for r in history:
+        if "acc_mean" in r and float(r["acc_mean"]) >= target:
+            return int(r["round"])
+    return None
+
+
+def group_stats(label: str, runs: Sequence[Run], target: float | None = None) -> GroupStats:
+    prefixes = {r.prefix for r in runs}
+    if len(prefixes) > 1:
+        raise ValueError(f"group {label!r} mixes runs with different last_k ({', '.join(sorted(prefixes))}): compare like with like")
+    prefix = prefixes.pop()
+    k = int(prefix.removeprefix("last").rstrip("/"))
+    g = GroupStats(label, list(runs), k, [int(r.summary.get(f"{prefix}rounds", k)) for r in runs])
+    for run in runs:
+        s = run.summary
+        for d in run.domains:
+            g.acc.setdefault(d, []).append(float(s[f"{prefix}{ACC_PREFIX}{d}"]))
+        g.avg.append(float(s[f"{prefix}acc_mean"]))
+        g.std.append(float(s[f"{prefix}acc_std"]))
+        if f"{prefix}acc_std_sample" in s:
+            g.std_sample.append(float(s[f"{prefix}acc_std_sample"]))
+        run_target = target if target is not None else s.get("target_acc")
+        if run_target is not None:
+            g.target = float(run_target)
+            g.rounds_to_target.append(first_round_reaching(run.history, float(run_target)))
+        traffic = [r for r in run.history if "bytes_up" in r]
+        if traffic:
+            g.bytes_up.append(float(np.mean([r["bytes_up"] for r in traffic])))
+            g.bytes_down.append(float(np.mean([r.get("bytes_down", 0) for r in traffic])))
+        times = [t["time/round_s"] for t in run.timings if "time/round_s" in t]
+        if times:
+            g.round_s.append(float(np.mean(times)))
+    return g
+
+
+def mean_pm(values: Sequence[float], digits: int = 2) -> str:
+    """`mean ± std` (population std over runs), or the value alone for one run, or "—" for none."""
+    if not values:
+        return "—"
+    v = np.asarray(values, dtype=np.float64)
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=0):.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _rounds_cell(g: GroupStats) -> str:
+    if g.target is None:
+        return "—"
+    reached = [r for r in g.rounds_to_target if r is not None]
+    mean = f"{np.mean(reached):.1f}" if reached else "never"
+    return f"{mean} ({len(reached)}/{len(g.rounds_to_target)})"
+
+
+@dataclass
+class Comparison:
+    """The compared groups, as tables (rows of cells) that Markdown and HTML both render."""
+
+    groups: list[GroupStats]
+    skipped: list[Path] = field(default_factory=list)
+
+    @property
+    def domains(self) -> list[str]:
+        out: list[str] = []
+        for g in self.groups:
+            out += [d for d in g.acc if d not in out]
+        return out
+
+    def accuracy_rows(self) -> tuple[list[str], list[list[str]]]:
+        header = ["method", *self.domains, "AVG", "STD", "STD (n-1)", "seeds"]
+        rows = []
+        for g in self.groups:
+            rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std),
+                         mean_pm(g.std_sample), str(len(g.runs))])
+        return header, rows
+
+    def cost_rows(self) -> tuple[list[str], list[list[str]]]:
+        targets = {g.target for g in self.groups if g.target is not None}
+        target = f"rounds to {targets.pop():g}%" if len(targets) == 1 else "rounds to target"
+        header = ["method", "last-k", target, "bytes up / round", "bytes down / round", "s / round"]
+        rows = []
+        for g in self.groups:
+            averaged = min(g.rounds_averaged)
+            k = str(g.k) if averaged >= g.k else f"{g.k} (a run averaged only {averaged})"
+            rows.append([g.label, k, _rounds_cell(g),
+                         human_bytes(float(np.mean(g.bytes_up))) if g.bytes_up else "—",
+                         human_bytes(float(np.mean(g.bytes_down))) if g.bytes_down else "—",
+                         f"{np.mean(g.round_s):.2f}" if g.round_s else "—"])
+        return header, rows
+
+    def note(self) -> str:
+        ks = sorted({g.k for g in self.groups})
+        k = ks[0] if len(ks) == 1 else "k (per method, see below)"
+        return (f"Top-1 accuracy (%) averaged over each run's last {k} evaluated rounds; mean ± std over seeds (population). "
+                "AVG = mean over domains; STD = population std across domains of the last-k mean accuracies (GGEUR's "
+                "convention); STD (n-1) = sample std (FKPL's).")
+
+    def markdown(self, title: str | None = None, png: str | None = None) -> str:
+        lines = [f"## {title}", ""] if title else []
+        lines += [self.note(), "", *_md_table(*self.accuracy_rows()), "", *_md_table(*self.cost_rows()), ""]
+        if png:
+            lines += [f"![convergence]({png})", ""]
+        if self.skipped:
+            lines += ["Skipped (unfinished, no summary.json): " + ", ".join(str(p) for p in self.skipped), ""]
+        return "\n".join(lines)
+
+    def html(self, title: str, png: bytes | None = None) -> str:
+        """One self-contained page: both tables and the convergence PNG embedded as base64."""
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+                 "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+                 "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+                 "</style></head><body>", f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(self.note())}</p>",
+                 _html_table(*self.accuracy_rows()), _html_table(*self.cost_rows())]
+        if png:
+            parts.append(f"<img alt='convergence' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+        if self.skipped:
+            parts.append("<p>Skipped (unfinished): " + html.escape(", ".join(str(p) for p in self.skipped)) + "</p>")
+        return "\n".join(parts + ["</body></html>", ""])
+
+    def plot(self, path: Path) -> None:
+        """acc_mean per round of every group on one figure: mean over runs, shaded mean ± std over runs."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for g in self.groups:
+            curves = [{int(r["round"]): float(r["acc_mean"]) for r in run.history if "acc_mean" in r} for run in g.runs]
+            rounds = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+            if not rounds:
+                continue
+            values = np.array([[c[r] for r in rounds] for c in curves])
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            (line,) = ax.plot(rounds, mean, lw=1.8, label=f"{g.label} (n={len(curves)})")
+            if len(curves) > 1:
+                ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set_xlabel("round")
+        ax.set_ylabel("mean test accuracy over domains (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = ()) -> Comparison:
+    """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out."""
+    stats = [group_stats(label, [load_run(p) for p in paths], target) for label, paths in groups.items() if paths]
+    if not stats:
+        raise FileNotFoundError("no finished runs to compare")
+    return Comparison(stats, list(skipped))
+
+
+def write_report(comparison: Comparison, out: Path, title: str) -> dict[str, Path]:
+    """Write `compare.md`, `compare.html` (self-contained) and `convergence.png` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / "convergence.png"
+    comparison.plot(png)
+    files = {"markdown": out / "compare.md", "html": out / "compare.html", "png": png}
+    files["markdown"].write_text(comparison.markdown(title, png=png.name))
+    files["html"].write_text(comparison.html(title, png.read_bytes()))
+    return files
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="flsuite compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="run folders, globs (quote them) or study folders")
+    ap.add_argument("--out", type=Path, help="write compare.md, compare.html and convergence.png into this folder")
+    ap.add_argument("--target", type=float, help="report the first round whose acc_mean reaches this accuracy (%%)")
+    ap.add_argument("--title", default="Method comparison")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    runs, skipped = find_runs(args.runs)
+    comparison = compare(group_by_parent(runs), args.target, skipped)
+    if args.out:
+        files = write_report(comparison, args.out, args.title)
+        print(files["markdown"].read_text())
+        print(f"wrote {', '.join(str(p) for p in files.values())}")
+    else:
+        print(comparison.markdown(args.title))
+    return 0

@@ -1,0 +1,107 @@
+"""`flsuite compare` on two hand-made studies whose numbers are checked by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flsuite.compare import compare, find_runs, group_by_parent, main
+from flsuite.metrics import domain_summary, final_summary
+
+
+def make_run(path: Path, accs: list[dict[str, float]], last_k: int, bytes_up: list[int] | None = None,
+             round_s: list[float] | None = None, finished: bool = True) -> Path:
+    """A run folder as `flsuite fit` writes it: metrics.jsonl, timings.jsonl, config.yaml and summary.json."""
+    path.mkdir(parents=True)
+    history = []
+    for i, acc in enumerate(accs):
+        record = {"round": i + 1, **domain_summary(acc), "bytes_down": 1024}
+        if bytes_up:
+            record["bytes_up"] = bytes_up[i]
+        history.append(record)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+    times = round_s or [1.0] * len(accs)
+    (path / "timings.jsonl").write_text("".join(json.dumps({"round": i + 1, "time/round_s": t}) + "\n" for i, t in enumerate(times)))
+    (path / "config.yaml").write_text(yaml.safe_dump({"name": path.parent.name, "last_k": last_k, "rounds": len(accs)}))
+    if finished:
+        (path / "summary.json").write_text(json.dumps(final_summary(history, last_k)))
+    return path
+
+
+@pytest.fixture
+def studies(tmp_path: Path) -> Path:
+    a = tmp_path / "studyA"
+    # fedavg seed 0: last-2 means x=65, y=45 -> AVG 55, STD 10, STD(n-1) 14.142; acc_mean 40, 50, 60
+    make_run(a / "fedavg" / "seed0", [{"x": 50, "y": 30}, {"x": 60, "y": 40}, {"x": 70, "y": 50}], 2, [100, 200, 300], [1, 2, 3])
+    # fedavg seed 1: last-2 means x=55, y=45 -> AVG 50, STD 5, STD(n-1) 7.071; acc_mean 40, 50, 50
+    make_run(a / "fedavg" / "seed1", [{"x": 40, "y": 40}, {"x": 50, "y": 50}, {"x": 60, "y": 40}], 2, [400, 400, 400], [4, 4, 4])
+    # fedprox seed 0: last-2 means x=85, y=65 -> AVG 75, STD 10; acc_mean 70, 80
+    make_run(a / "fedprox" / "seed0", [{"x": 80, "y": 60}, {"x": 90, "y": 70}], 2, [10, 30], [0.5, 0.5])
+    make_run(a / "fedprox" / "seed1", [{"x": 10, "y": 10}], 2, finished=False)  # killed: skipped
+    b = tmp_path / "studyB"
+    # a single-domain study with last_k = 3 whose run is shorter than that (2 rounds)
+    make_run(b / "fedavg" / "seed0", [{"all": 20}, {"all": 30}], 3)
+    make_run(b / "fedavg" / "seed1", [{"all": 40}, {"all": 60}], 3)
+    return tmp_path
+
+
+def test_study_a_numbers_by_hand(studies: Path):
+    runs, skipped = find_runs([studies / "studyA"])
+    assert skipped == [studies / "studyA" / "fedprox" / "seed1"]
+    groups = group_by_parent(runs)
+    assert list(groups) == ["fedavg", "fedprox"] and len(groups["fedavg"]) == 2
+    c = compare(groups, target=55.0, skipped=skipped)
+    header, rows = c.accuracy_rows()
+    assert header == ["method", "x", "y", "AVG", "STD", "STD (n-1)", "seeds"]
+    # x: 65, 55 -> 60 ± 5; y: 45, 45; AVG 55, 50; STD 10, 5; STD(n-1) (14.142 + 7.071) / 2 = 10.61 ± 3.54
+    assert rows[0] == ["fedavg", "60.00 ± 5.00", "45.00 ± 0.00", "52.50 ± 2.50", "7.50 ± 2.50", "10.61 ± 3.54", "2"]
+    assert rows[1] == ["fedprox", "85.00", "65.00", "75.00", "10.00", "14.14", "1"]
+    header, rows = c.cost_rows()
+    assert header[2] == "rounds to 55%"
+    # fedavg: seed 0 reaches 55 in round 3, seed 1 never; bytes up 200 and 400 per round -> 300 B; 2 s and 4 s -> 3 s
+    assert rows[0] == ["fedavg", "2", "3.0 (1/2)", "300 B", "1.0 KiB", "3.00"]
+    assert rows[1] == ["fedprox", "2", "1.0 (1/1)", "20 B", "1.0 KiB", "0.50"]
+
+
+def test_study_b_reads_its_own_last_k_and_says_when_runs_were_shorter(studies: Path):
+    runs, _ = find_runs([str(studies / "studyB" / "*" / "seed*")])
+    c = compare(group_by_parent(runs))
+    header, rows = c.accuracy_rows()
+    # last-3 over 2 rounds: 25 and 50 -> 37.50 ± 12.50; one domain: STD 0, no sample STD
+    assert header == ["method", "all", "AVG", "STD", "STD (n-1)", "seeds"]
+    assert rows == [["fedavg", "37.50 ± 12.50", "37.50 ± 12.50", "0.00 ± 0.00", "—", "2"]]
+    assert c.cost_rows()[1][0][:3] == ["fedavg", "3 (a run averaged only 2)", "—"]
+    assert "last 3 evaluated rounds" in c.markdown()
+
+
+def test_two_studies_together_label_by_path_and_reject_mixed_last_k(studies: Path):
+    runs, _ = find_runs([studies / "studyA", studies / "studyB"])
+    groups = group_by_parent(runs)
+    assert list(groups) == ["studyA/fedavg", "studyA/fedprox", "studyB/fedavg"]
+    c = compare(groups)
+    assert [g.k for g in c.groups] == [2, 2, 3] and c.domains == ["x", "y", "all"]
+    with pytest.raises(ValueError, match="different last_k"):
+        compare({"mixed": groups["studyA/fedavg"] + groups["studyB/fedavg"]})
+
+
+def test_cli_writes_markdown_html_with_embedded_png(studies: Path, tmp_path: Path, capsys):
+    out = tmp_path / "report"
+    assert main([str(studies / "studyA"), "--out", str(out), "--target", "55", "--title", "Study A"]) == 0
+    md = (out / "compare.md").read_text()
+    assert "| fedavg | 60.00 ± 5.00 | 45.00 ± 0.00 | 52.50 ± 2.50 | 7.50 ± 2.50 | 10.61 ± 3.54 | 2 |" in md
+    assert "![convergence](convergence.png)" in md and "fedprox/seed1" in md  # the skipped run is named
+    page = (out / "compare.html").read_text()
+    assert "src='data:image/png;base64," in page and "<td>52.50 ± 2.50</td>" in page and "src='http" not in page
+    assert (out / "convergence.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Study A" in capsys.readouterr().out
+
+
+def test_missing_inputs_name_the_path(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        find_runs([tmp_path / "nowhere"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no finished run folder"):
+        find_runs([tmp_path / "empty"])
