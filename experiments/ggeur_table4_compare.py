@@ -2,7 +2,8 @@
 
     python experiments/ggeur_table4_compare.py [--runs runs/ggeur_table4_digits_offline] [--out FILE]
 
-For each method: AVG and STD (last-5 rounds, mean over seeds) without and with GGEUR, their change, on how many seeds
+For each method: AVG and STD (last-k rounds with k read from each run's summary, STD = population std across domains of
+the last-k per-domain means; mean over seeds) without and with GGEUR, their change, on how many seeds
 the change has the same sign as the mean change, and the paper's numbers and change. Methods whose runs are missing
 are left out; the seeds column says how many seeds each mean holds.
 """
@@ -14,6 +15,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from flsuite.compare import domain_std
+from flsuite.metrics import summary_prefix
 
 # GGEUR (CVPR 2025) Table 4, Digits, CLIP+MLP rows: (AVG, STD) without and with GGEUR (Steps 1 & 2).
 PAPER = {
@@ -28,10 +32,13 @@ PAPER = {
 }
 
 
-def per_seed(run: Path, key: str) -> dict[int, float]:
+def per_seed(run: Path) -> dict[int, tuple[float, float]]:
+    """seed -> (AVG, STD) of each finished seed: the last-k mean accuracy (k from the run's own summary keys) and the
+    population std across domains of the last-k per-domain means (recomputed, so older summaries agree)."""
     out = {}
-    for summary in sorted(run.glob("seed*/summary.json")):
-        out[int(summary.parent.name.removeprefix("seed"))] = json.loads(summary.read_text())[key]
+    for path in sorted(run.glob("seed*/summary.json")):
+        summary = json.loads(path.read_text())
+        out[int(path.parent.name.removeprefix("seed"))] = (float(summary[summary_prefix(summary) + "acc_mean"]), domain_std(summary)[0])
     return out
 
 
@@ -50,8 +57,9 @@ def main() -> None:
     ]
     for method, paper in PAPER.items():
         slug = method.lower()
-        avg0, avg1 = per_seed(args.runs / slug, "last5/acc_mean"), per_seed(args.runs / f"{slug}-ggeur", "last5/acc_mean")
-        std0, std1 = per_seed(args.runs / slug, "last5/acc_std"), per_seed(args.runs / f"{slug}-ggeur", "last5/acc_std")
+        without, with_ggeur = per_seed(args.runs / slug), per_seed(args.runs / f"{slug}-ggeur")
+        avg0, avg1 = ({s: v[0] for s, v in d.items()} for d in (without, with_ggeur))
+        std0, std1 = ({s: v[1] for s, v in d.items()} for d in (without, with_ggeur))
         seeds = sorted(set(avg0) & set(avg1))
         if not seeds:
             continue

@@ -12,7 +12,8 @@ Decisions:
 - Final numbers come from each run's `summary.json` with the prefix it was written with (`last{k}/`, k = the run's
   `last_k`); a group whose runs used different k is an error. Per domain, AVG (mean over domains), STD (population
   std across domains of the last-k mean accuracies, GGEUR) and STD (n-1) (sample std, FKPL) are shown as
-  mean ± population std over the group's runs (seeds).
+  mean ± population std over the group's runs (seeds). The STDs are recomputed from the per-domain last-k numbers,
+  so summaries written before that became the summary's own arithmetic compare on the same footing.
 - Rounds to target: the first round whose acc_mean reaches `--target` (from metrics.jsonl), else the runs' own
   `target_acc` from their summary; shown as the mean over the runs that reached it and how many did.
 - Bytes per round: mean over rounds of metrics.jsonl's `bytes_up`/`bytes_down` (the whole round's traffic); time
@@ -33,7 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import yaml
@@ -139,6 +140,17 @@ class GroupStats:
     round_s: list[float] = field(default_factory=list)
 
 
+def domain_std(summary: Mapping[str, Any]) -> tuple[float, float | None]:
+    """Population and sample (None for one domain) std across domains of a summary's last-k mean accuracies.
+
+    Recomputed from the per-domain numbers, so summaries written before the final STD took the papers' arithmetic
+    (when `last{k}/acc_std` was the mean of the per-round STDs) are compared on the same footing.
+    """
+    prefix = summary_prefix(summary)
+    values = np.array([float(v) for k, v in summary.items() if k.startswith(prefix + ACC_PREFIX)], dtype=np.float64)
+    return float(values.std(ddof=0)), (float(values.std(ddof=1)) if len(values) > 1 else None)
+
+
 def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:
     for r in history:
         if "acc_mean" in r and float(r["acc_mean"]) >= target:
@@ -158,9 +170,10 @@ def group_stats(label: str, runs: Sequence[Run], target: float | None = None) ->
         for d in run.domains:
             g.acc.setdefault(d, []).append(float(s[f"{prefix}{ACC_PREFIX}{d}"]))
         g.avg.append(float(s[f"{prefix}acc_mean"]))
-        g.std.append(float(s[f"{prefix}acc_std"]))
-        if f"{prefix}acc_std_sample" in s:
-            g.std_sample.append(float(s[f"{prefix}acc_std_sample"]))
+        std, std_sample = domain_std(s)
+        g.std.append(std)
+        if std_sample is not None:
+            g.std_sample.append(std_sample)
         run_target = target if target is not None else s.get("target_acc")
         if run_target is not None:
             g.target = float(run_target)
@@ -264,7 +277,7 @@ class Comparison:
             parts.append("<p>Skipped (unfinished): " + html.escape(", ".join(str(p) for p in self.skipped)) + "</p>")
         return "\n".join(parts + ["</body></html>", ""])
 
-    def plot(self, path: Path) -> None:
+    def plot(self, path: Path | BinaryIO) -> None:
         """acc_mean per round of every group on one figure: mean over runs, shaded mean ± std over runs."""
         import matplotlib
 

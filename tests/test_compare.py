@@ -105,3 +105,40 @@ def test_missing_inputs_name_the_path(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no finished run folder"):
         find_runs([tmp_path / "empty"])
+
+
+def test_study_script_table_is_compare_with_variant_labels(studies: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study", Path(__file__).parents[1] / "experiments" / "study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    variants = [("FedAvg", ""), ("FedProx", "configs/baselines/fedprox.yaml"), ("Never ran", "x.yaml")]
+    text = study.table("Study A", variants, [0, 1], studies / "studyA", "python experiments/study.py ...")
+    assert "| FedAvg | 60.00 ± 5.00 | 45.00 ± 0.00 | 52.50 ± 2.50 | 7.50 ± 2.50 | 10.61 ± 3.54 | 2 |" in text
+    assert "| FedProx | 85.00 | 65.00 | 75.00 | 10.00 | 14.14 | 1 |" in text and "Never ran" not in text
+    assert text.startswith("## Study A") and "python experiments/study.py ..." in text
+
+
+def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(tmp_path: Path, capsys):
+    run = make_run(tmp_path / "t4" / "fedavg" / "seed0", [{"x": 50, "y": 70}, {"x": 70, "y": 50}], 2)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["last2/acc_std"] = 10.0  # as written before: the mean of the per-round stds
+    (run / "summary.json").write_text(json.dumps(summary))
+    make_run(tmp_path / "t4" / "fedavg-ggeur" / "seed0", [{"x": 60, "y": 80}, {"x": 80, "y": 60}], 2)
+    c = compare(group_by_parent(find_runs([tmp_path / "t4"])[0]))
+    assert c.accuracy_rows()[1][0][3:6] == ["60.00", "0.00", "0.00"]  # both last-2 means are 60: std across domains 0
+
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[1] / "experiments" / "ggeur_table4_compare.py")
+    t4 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t4)
+    argv, sys.argv = sys.argv, ["ggeur_table4_compare.py", "--runs", str(tmp_path / "t4")]
+    try:
+        t4.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in out
