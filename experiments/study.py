@@ -10,15 +10,16 @@
 A variant may stack overlays, e.g. "SCAFFOLD + GGEUR=configs/baselines/scaffold.yaml,configs/ggeur/with_ggeur.yaml".
 Each run goes to `runs/<name>/<variant>/seed<k>` and is skipped when its `summary.json` exists, so a killed study
 continues where it stopped. Features are extracted first, one seed at a time (`flsuite features`), so parallel
-workers only read the cache. Workers run with one torch thread each. The table reports, per variant, each domain's
-last-5-round accuracy and the AVG and STD (population, across domains) as mean ± standard deviation over seeds.
+workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare.py)
+with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
+domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
 Extra `flsuite fit` flags for every run can follow `--`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import os
 import re
 import shlex
@@ -27,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+from flsuite import compare
 
 
 def slug(text: str) -> str:
@@ -48,25 +49,15 @@ def run(cmd: list[str], log: Path) -> int:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
 
 
+def comparison(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> compare.Comparison:
+    """The study's finished runs, labelled by variant, compared by `flsuite.compare`."""
+    groups = {label: [d for s in seeds if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()] for label, _ in variants}
+    return compare.compare(groups)
+
+
 def table(name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str) -> str:
-    rows, domains = [], None
-    for label, _ in variants:
-        summaries = [json.loads(p.read_text()) for s in seeds if (p := runs / slug(label) / f"seed{s}" / "summary.json").is_file()]
-        if not summaries:
-            continue
-        if domains is None:
-            domains = [k.removeprefix("last5/acc/") for k in summaries[0] if k.startswith("last5/acc/")]
-
-        def cell(key: str) -> str:
-            values = np.array([s[key] for s in summaries])
-            return f"{values.mean():.2f} ± {values.std(ddof=0):.2f}" if len(values) > 1 else f"{values.mean():.2f}"
-
-        cells = [cell(f"last5/acc/{d}") for d in domains] + [cell("last5/acc_mean"), cell("last5/acc_std")]
-        rows.append(f"| {label} | " + " | ".join(cells) + f" | {len(summaries)} |")
-    header = "| method | " + " | ".join(domains or []) + " | AVG | STD | seeds |"
-    rule = "|---" * (len(domains or []) + 4) + "|"
-    return "\n".join([f"## {name}", "", "Last-5-round top-1 accuracy (%), mean ± std over seeds; STD = population std across domains.", "",
-                      header, rule, *rows, "", "Regenerate with:", "", "```bash", command, "```", ""])
+    text = comparison(variants, seeds, runs).markdown(name)
+    return "\n".join([text, "Regenerate with:", "", "```bash", command, "```", ""])
 
 
 def main() -> None:
@@ -78,6 +69,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here")
     ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
@@ -110,6 +102,11 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
+    if args.html:
+        result, png = comparison(variants, args.seeds, runs), io.BytesIO()
+        result.plot(png)
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(result.html(args.name, png.getvalue()))
     if failed:
         sys.exit(f"failed runs: {failed}")
 
