@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.moon import frozen_copy
+from flsuite.models.representation import frozen_copy
 
 
 def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

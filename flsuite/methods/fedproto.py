@@ -2,9 +2,9 @@
 
 Clients share class prototypes: the mean representation of each class. Local objective on a batch:
     ℓ = CE(f(x), y) + λ · MSE(z, p̄_y)        (over the samples whose class has a global prototype),
-with z the representation (MOON's choice: the input of the last nn.Linear, or the logits for the linear-head
-family, GGEUR spec §8 A18). Each client uploads its per-class mean representation p_k,c and count n_k,c, collected
-over all of its local steps in the round (as the official code does). The server forms
+with z the representation (the model's `features(x)`, or the logits for the linear-head family, GGEUR spec §8 A18;
+see `flsuite.models.representation`). Each client uploads its per-class mean representation p_k,c and count n_k,c,
+collected over all of its local steps in the round (as the official code does). The server forms
     p̄_c = Σ_k n_k,c p_k,c / Σ_k n_k,c   (count-weighted)
 for the classes seen this round and keeps the previous prototype of classes no sampled client holds.
 The model weights are still aggregated by FedAvg, as the GGEUR benchmark does (the original FedProto shares no
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.moon import forward_with_representation, representation_layer
+from flsuite.models.representation import forward_with_representation, logits_as_representation
 
 
 class FedProtoClient(ClientModule):
@@ -31,7 +31,7 @@ class FedProtoClient(ClientModule):
     method: FedProto
 
     def on_fit_start(self) -> None:
-        self._layer = representation_layer(self.model)
+        self._use_logits = logits_as_representation(self.model)
         protos = self.task.broadcast.get("protos")
         self._protos = protos.to(self.device) if protos is not None else None
         self._has = self.task.broadcast["has"].to(self.device) if protos is not None else None
@@ -39,7 +39,7 @@ class FedProtoClient(ClientModule):
         self._counts: torch.Tensor | None = None
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits, z = forward_with_representation(self.model, self._layer, x)
+        logits, z = forward_with_representation(self.model, x, self._use_logits)
         loss = F.cross_entropy(logits, y)
         if self._protos is not None:
             mask = self._has[y]

@@ -1,27 +1,51 @@
 """Trainable models, selected in YAML with `class_path`. Each spec builds a fresh `nn.Module` for the data's input
-shape and class count, so one config works on any dataset."""
+shape and class count, so one config works on any dataset.
+
+Every built model follows the model contract (`flsuite.models.representation`): `features(x)` [batch, d] and a
+linear `head`, with `model(x) == model.head(model.features(x))`. The heads here and `SmallCNN` are
+`SequentialClassifier`s, so their state-dict keys ("0.weight", …) and parameter order are those of a plain
+`nn.Sequential`: checkpoints written before the contract existed load unchanged. Trainable image backbones (ResNet-10/18)
+are in `flsuite.models.backbones`."""
 
 from __future__ import annotations
 
 import abc
 import math
 from collections.abc import Sequence
+from itertools import islice
 
+import torch
 from torch import nn
 
 
 class ModelSpec(abc.ABC):
-    """Builds the federation's model for an input shape (without the batch dimension) and a number of classes."""
+    """Builds the federation's model for an input shape (without the batch dimension) and a number of classes; the
+    model follows the contract (`features`, `head`; see `flsuite.models.representation`)."""
 
     @abc.abstractmethod
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module: ...
+
+
+class SequentialClassifier(nn.Sequential):
+    """An `nn.Sequential` whose last module is the classifier `head` (an `nn.Linear`) and whose other modules are
+    `features`. Same forward, state-dict keys and parameter order as the plain `nn.Sequential` it replaces."""
+
+    @property
+    def head(self) -> nn.Linear:
+        return self[-1]
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Every module but the head, in order (for a linear head over embeddings: just the flattening)."""
+        for module in islice(self, len(self) - 1):
+            x = module(x)
+        return x
 
 
 class Linear(ModelSpec):
     """A linear head Linear(p → C) over feature vectors (GGEUR's "single-layer MLP"; inputs are flattened)."""
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+        return SequentialClassifier(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
 class MLP(ModelSpec):
@@ -44,12 +68,12 @@ class MLP(ModelSpec):
                 layers.append(nn.Dropout(self.dropout))
             width = h
         layers.append(nn.Linear(width, num_classes))
-        return nn.Sequential(*layers)
+        return SequentialClassifier(*layers)
 
 
 class SmallCNN(ModelSpec):
     """A small CNN for images of any size: conv(3×3)-BN-ReLU blocks, max-pooling between them (while the image is
-    at least 4 px), global average pooling, then a hidden FC layer.
+    at least 4 px), global average pooling, then a hidden FC layer. `features` ends after the hidden layer's ReLU.
 
     Args:
         channels: Output channels of each convolutional block.
@@ -75,4 +99,4 @@ class SmallCNN(ModelSpec):
                 size //= 2
             in_ch = out_ch
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_ch, self.hidden), nn.ReLU(), nn.Linear(self.hidden, num_classes)]
-        return nn.Sequential(*layers)
+        return SequentialClassifier(*layers)

@@ -23,9 +23,10 @@ from flsuite.methods.fedntd import FedNTD, ntd_loss
 from flsuite.methods.fedproto import FedProto
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.ggeur import GGEUR
-from flsuite.methods.moon import MOON, forward_with_representation, representation_layer
+from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold, effective_steps
 from flsuite.models.heads import MLP, Linear
+from flsuite.models.representation import forward_with_representation, logits_as_representation
 from tests.test_federation import CrashAtRound
 from tests.helpers import head_federation
 
@@ -263,11 +264,13 @@ def test_scaffold_composes_with_ggeur_by_config(tmp_path):
 
 def test_representation_is_logits_for_a_linear_head_and_the_last_linear_input_otherwise():
     linear = Linear().build((5,), 3)
-    assert representation_layer(linear) is None
-    mlp = MLP(hidden=(7,)).build((5,), 3)
-    layer = representation_layer(mlp)
+    assert logits_as_representation(linear)
     x = torch.randn(4, 5)
-    logits, z = forward_with_representation(mlp, layer, x)
+    logits, z = forward_with_representation(linear, x, logits_as_representation(linear))
+    assert torch.equal(z, logits) and torch.equal(logits, linear(x))
+    mlp = MLP(hidden=(7,)).build((5,), 3)
+    assert not logits_as_representation(mlp)
+    logits, z = forward_with_representation(mlp, x, logits_as_representation(mlp))
     assert z.shape == (4, 7) and torch.equal(z, mlp[:-1](x)) and torch.equal(logits, mlp(x))
 
 

@@ -1,0 +1,63 @@
+"""The model contract and the helpers that representation-based methods share (MOON, FedProto, FedNTD; FedCiR,
+FKPL and FedEGG next).
+
+Contract: every model a `ModelSpec` builds exposes `features(x) -> [batch, d]` and `head`, its final `nn.Linear`
+classifier, with `model(x) == model.head(model.features(x))`. Methods ask the model for its representation through
+this contract instead of guessing it from the module tree.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+
+@runtime_checkable
+class FeatureModel(Protocol):
+    """A classifier split into a representation `features(x)` [batch, d] and its linear `head`."""
+
+    head: nn.Linear
+
+    def features(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def check_contract(model: nn.Module) -> FeatureModel:
+    """`model`, checked to follow the contract (a clear error names the class that does not)."""
+    if not isinstance(model, FeatureModel) or not isinstance(model.head, nn.Linear):
+        raise TypeError(
+            f"{type(model).__name__} does not follow the model contract: it needs `features(x)` and a `head` that is "
+            "an nn.Linear (see flsuite.models.representation); build models with a flsuite ModelSpec"
+        )
+    return model
+
+
+def feature_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of `model.features`: every parameter that is not the head's."""
+    head = {id(p) for p in check_contract(model).head.parameters()}
+    return [p for p in model.parameters() if id(p) not in head]
+
+
+def logits_as_representation(model: nn.Module) -> bool:
+    """True when `features` has no trainable parameters (the linear-head family, GGEUR's "CLIP+MLP"): its output
+    is then the fixed input embedding, which no local update can move, so the logits serve as the representation
+    (GGEUR spec §8 A18)."""
+    return not any(p.requires_grad for p in feature_parameters(model))
+
+
+def forward_with_representation(model: nn.Module, x: torch.Tensor, use_logits: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, representation [batch, d]) of one forward pass: `features(x)` and `head` of it, or the logits twice
+    when `use_logits` (see `logits_as_representation`)."""
+    z = check_contract(model).features(x)
+    logits = model.head(z)
+    return logits, (logits if use_logits else z)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """An eval-mode copy without gradients (a fixed reference model for the round)."""
+    other = copy.deepcopy(model).eval()
+    for p in other.parameters():
+        p.requires_grad_(False)
+    return other
