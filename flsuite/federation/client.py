@@ -10,11 +10,11 @@ import lightning as L
 import torch
 from torch import nn
 
-from flsuite.data.base import EpochBatches, FederatedData
+from flsuite.data.augment import client_batches
+from flsuite.data.base import FederatedData
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.base import Method
 from flsuite.models.heads import ModelSpec
-from flsuite.seeding import torch_generator
 
 
 @dataclass
@@ -48,6 +48,7 @@ def make_trainer(local: LocalTraining, max_epochs: int) -> L.Trainer:
         max_epochs=max_epochs,
         accelerator=local.accelerator,
         devices=1,
+        precision=local.precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -61,8 +62,8 @@ def make_trainer(local: LocalTraining, max_epochs: int) -> L.Trainer:
 def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     """Train client `task.client_id` from the global weights and return its result.
 
-    Randomness (model-internal, e.g. dropout, and the batch order) comes from streams derived from the task's seed,
-    so the result does not depend on which worker runs it or in which order.
+    Randomness (model-internal, e.g. dropout, the batch order and augmentation) comes from streams derived from the
+    task's seed, so the result does not depend on which worker runs it or in which order.
     """
     _quiet_lightning()
     split = env.data.clients[task.client_id].train
@@ -70,14 +71,8 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     model = env.build_model()
     model.load_state_dict(task.global_weights)
     module = env.method.client_module(model=model, method=env.method, local=env.local, task=task)
-    batches = EpochBatches(
-        split,
-        env.local.batch_size,
-        torch_generator(task.seed, purpose="batches"),
-        epochs=env.local.epochs,
-        steps=env.local.steps,
-        drop_last=env.local.drop_last,
-    )
-    trainer = make_trainer(env.local, max_epochs=batches.epochs)
+    module.automatic_optimization = env.local.loop == "standard"  # the standard per-batch loop (ClientModule)
+    batches, epochs = client_batches(split, env.local, task.seed)
+    trainer = make_trainer(env.local, max_epochs=epochs)
     trainer.fit(module, train_dataloaders=batches)
     return module.result(num_samples=len(split))

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import torch
 
+from flsuite.data.augment import Augment
+
 #: A model's parameters and buffers, by state-dict name.
 Weights = dict[str, torch.Tensor]
 #: Data a method keeps between rounds: tensors, numbers, strings, and lists/dicts of them (checkpoint-safe).
@@ -33,6 +35,12 @@ class LocalTraining:
         weight_decay: L2 weight decay.
         drop_last: Drop the last incomplete batch of each epoch.
         accelerator: Lightning accelerator used inside client fits ("cpu", "gpu", "auto").
+        loop: "lean" (default): one `training_step` per epoch over pre-sliced in-memory batches with manual
+            optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
+            through a DataLoader (same batch order), for end-to-end image models and mixed precision.
+        precision: Lightning precision of client fits ("32-true", or "16-mixed"/"bf16-mixed" with loop "standard").
+        augment: Per-batch training augmentation of image inputs (random crop with padding, horizontal flip), drawn
+            from the task's seeded "augment" stream; off by default.
     """
 
     epochs: int = 1
@@ -44,6 +52,9 @@ class LocalTraining:
     weight_decay: float = 1e-5
     drop_last: bool = False
     accelerator: str = "cpu"
+    loop: Literal["lean", "standard"] = "lean"
+    precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
+    augment: Augment = field(default_factory=Augment)
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -54,6 +65,10 @@ class LocalTraining:
             raise ValueError(f"local.batch_size must be >= 1, got {self.batch_size}")
         if self.lr <= 0:
             raise ValueError(f"local.lr must be > 0, got {self.lr}")
+        if self.loop not in ("lean", "standard"):
+            raise ValueError(f"local.loop must be 'lean' or 'standard', got {self.loop!r}")
+        if self.precision != "32-true" and self.loop != "standard":
+            raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean loop steps the raw optimiser in 32-bit)")
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         """The local optimiser over `params`."""

@@ -50,6 +50,8 @@ class ClientModule(L.LightningModule):
         return batch  # an epoch's list of batches; each batch is moved in training_step
 
     def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
+        if self.automatic_optimization:  # local.loop: standard, one batch per step
+            return self.standard_training_step(epoch_batches, batch_idx)
         # The raw torch optimiser: no per-step Lightning wrapper work. Correct because client Trainers run in
         # 32-bit precision (make_trainer); a 16-mixed precision plugin would need its GradScaler step here.
         optimizer = self.optimizers().optimizer
@@ -65,6 +67,28 @@ class ClientModule(L.LightningModule):
             loss_sum += loss.detach()
             self.num_steps += 1
         self._loss_sum += loss_sum.cpu()
+
+    # ---- the standard loop (local.loop: standard) ------------------------------------------------------------
+    def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """One batch under Lightning's automatic optimisation (run_client sets it for `local.loop: standard`):
+        Lightning zeroes the gradients, backpropagates the returned loss through its precision plugin (autocast,
+        gradient scaling) and steps the optimiser; the method hooks run from `on_before_optimizer_step` (gradients
+        already unscaled) and `on_train_batch_end`. Same batches, loss and step count as the lean loop."""
+        x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
+        loss = self.local_loss(x, y)
+        if self._loss_sum.device != loss.device:
+            self._loss_sum = self._loss_sum.to(loss.device)  # accumulate on the device: no sync per step
+        self._loss_sum += loss.detach()
+        self.num_steps += 1
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.automatic_optimization:  # the lean loop calls the hook itself
+            self.before_optimizer_step()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.automatic_optimization:  # after Lightning's optimiser step (also when a GradScaler skipped it)
+            self.after_optimizer_step()
 
     # ---- hooks for methods -----------------------------------------------------------------------------------
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
