@@ -121,7 +121,7 @@ def test_generated_samples_follow_the_global_class_geometry():
 def test_ggeur_composes_with_fedavg_by_config(tmp_path):
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
     summary = head_federation(tmp_path, data=data, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]).fit()
-    assert summary["last/acc_mean"] >= 0
+    assert summary["last/acc_mean"] > 70  # 3 classes: chance is 33.3; a run that learned nothing stays near it
     stats = json.loads((tmp_path / "partition.json").read_text())
     assert [c["num_samples"] for c in stats["clients"]] == [3 * 50 + 3 * 20] * 2
     setup = json.loads((tmp_path / "setup.json").read_text())

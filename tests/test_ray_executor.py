@@ -127,3 +127,26 @@ def test_executor_leaves_an_outside_ray_running_and_needs_start():
         executor.run([])
     executor.close()
     assert ray.is_initialized()
+
+
+def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
+    """A server-side Lightning fit (seeded from the server stream) and GGEUR's statistics query on Ray workers give
+    the serial executor's numbers and weights."""
+    from flsuite.federation.checkpoint import load_checkpoint
+    from flsuite.federation.server import ServerFinetune
+    from flsuite.methods.ggeur import GGEUR
+    from tests.test_protocol import public_data
+
+    def run(path, executor):
+        step = ServerFinetune(public_data(), epochs=1, lr=0.1)
+        setup = [GGEUR(target_per_class=30, samples_per_prototype=10)]
+        kwargs = {"executor": executor} if executor else {}
+        head_federation(path, server_steps=[step], setup=setup, **kwargs).fit()
+
+    run(tmp_path / "serial", None)
+    run(tmp_path / "ray", ray_executor())
+    assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    setup = [{k: v for k, v in json.loads((tmp_path / d / "setup.json").read_text()).items() if not k.endswith("seconds")} for d in ("serial", "ray")]
+    assert setup[0] == setup[1] and setup[0]["setup/ggeur/bytes_up"] > 0
+    a, b = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -15,7 +15,9 @@ import torch
 
 from flsuite.federation.task import State, Weights
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Formats this version reads (1: before protocols of phases; such a checkpoint is phase 0 of the default protocol).
+READABLE_FORMATS = (1, 2)
 CHECKPOINT_NAME = "last.pt"
 
 
@@ -25,7 +27,11 @@ class CheckpointError(ValueError):
 
 @dataclass
 class FederationState:
-    """The whole federation after `round` completed rounds."""
+    """The whole run after `round` completed rounds of phase `phase` (an index into the protocol).
+
+    `global_weights`, `server_state`, `client_states` and `step_states` (one per server step) belong to the phase in
+    progress; `outputs` holds what finished phases produced (e.g. their trained weights), by phase name.
+    """
 
     round: int
     global_weights: Weights
@@ -34,6 +40,18 @@ class FederationState:
     history: list[dict[str, Any]] = field(default_factory=list)
     timings: list[dict[str, Any]] = field(default_factory=list)
     config_yaml: str = ""
+    phase: int = 0
+    step_states: list[State] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, phase: int = 0) -> FederationState:
+        return cls(round=0, global_weights={}, server_state={}, client_states={}, phase=phase)
+
+    def enter_phase(self, phase: int) -> None:
+        """Start phase `phase` afresh (its own weights and states); history and outputs carry over."""
+        self.phase, self.round = phase, 0
+        self.global_weights, self.server_state, self.client_states, self.step_states = {}, {}, {}, []
 
 
 def save_checkpoint(state: FederationState, path: Path) -> None:
@@ -48,6 +66,9 @@ def save_checkpoint(state: FederationState, path: Path) -> None:
         "history": state.history,
         "timings": state.timings,
         "config_yaml": state.config_yaml,
+        "phase": state.phase,
+        "step_states": state.step_states,
+        "outputs": state.outputs,
     }
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
@@ -69,8 +90,8 @@ def load_checkpoint(path: Path) -> FederationState:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} is not an flsuite checkpoint of format {FORMAT_VERSION}")
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
+        raise CheckpointError(f"{path} is not an flsuite checkpoint of format {' or '.join(map(str, READABLE_FORMATS))}")
     return FederationState(
         round=int(payload["round"]),
         global_weights=payload["global_weights"],
@@ -79,4 +100,7 @@ def load_checkpoint(path: Path) -> FederationState:
         history=list(payload["history"]),
         timings=list(payload["timings"]),
         config_yaml=payload.get("config_yaml", ""),
+        phase=int(payload.get("phase", 0)),
+        step_states=list(payload.get("step_states", [])),
+        outputs=dict(payload.get("outputs", {})),
     )

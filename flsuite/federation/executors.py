@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flsuite.federation.client import ClientEnvironment, run_client
+from flsuite.federation.query import QueryResult, QueryTask, run_query
 from flsuite.federation.task import ClientResult, ClientTask
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,19 @@ class Executor(abc.ABC):
         self.max_retries = max_retries
 
     def start(self, env: ClientEnvironment) -> None:
-        """Called once per run before the first round (e.g. to ship `env` to workers)."""
+        """Called once per run before anything else (e.g. to start workers and ship `env` to them)."""
+        self.env = env
+
+    def set_env(self, env: ClientEnvironment) -> None:
+        """A protocol phase changed what clients work with (data after a setup stage, another model or method)."""
         self.env = env
 
     @abc.abstractmethod
     def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]: ...
+
+    @abc.abstractmethod
+    def query(self, tasks: Sequence[QueryTask]) -> list[QueryResult | ClientFailure]:
+        """Run one-shot client queries (see `flsuite.federation.query`), with the same retry policy as fits."""
 
     def close(self) -> None:
         """Release workers."""
@@ -57,12 +66,15 @@ class SerialExecutor(Executor):
     """Runs clients one after another in this process (the deterministic default)."""
 
     def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
-        return [self._run_with_retries(task) for task in tasks]
+        return [self._run_with_retries(run_client, task) for task in tasks]
 
-    def _run_with_retries(self, task: ClientTask) -> ClientResult | ClientFailure:
+    def query(self, tasks: Sequence[QueryTask]) -> list[QueryResult | ClientFailure]:
+        return [self._run_with_retries(run_query, task) for task in tasks]
+
+    def _run_with_retries(self, fn, task):
         for attempt in range(1, self.max_retries + 2):
             try:
-                return run_client(self.env, task)
+                return fn(self.env, task)
             except Exception as err:  # noqa: BLE001 - any client error is retried, then reported as a failure
                 log.warning("client %d, round %d, attempt %d failed: %s", task.client_id, task.round, attempt, err)
                 last = "".join(traceback.format_exception_only(err)).strip()

@@ -21,6 +21,7 @@ from typing import Any
 
 from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.executors import ClientFailure, Executor
+from flsuite.federation.query import QueryResult, QueryTask, run_query
 from flsuite.federation.task import ClientResult, ClientTask, State
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,12 @@ class _ClientWorker:
     def run(self, shared: tuple[dict, dict[str, Any]], round: int, client_id: int, seed: int, state: State) -> ClientResult:
         global_weights, broadcast = shared
         return run_client(self.env, ClientTask(round, client_id, seed, global_weights, broadcast, state))
+
+    def set_env(self, env: ClientEnvironment) -> None:
+        self.env = env
+
+    def query(self, task: QueryTask) -> QueryResult:
+        return run_query(self.env, task)
 
 
 class RayExecutor(Executor):
@@ -117,7 +124,7 @@ class RayExecutor(Executor):
         self._actor_cls = ray.remote(_ClientWorker).options(
             num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0
         )
-        self._env_ref = ray.put(env)
+        self._env_ref = ray.put(self.env)
         n = self.num_workers or self._default_num_workers(ray)
         actors = [self._new_actor() for _ in range(n)]
         ready = {a.ready.remote(): a for a in actors}
@@ -150,19 +157,36 @@ class RayExecutor(Executor):
     def _new_actor(self):
         return self._actor_cls.remote(self._env_ref, self.torch_threads)
 
+    def set_env(self, env: ClientEnvironment) -> None:
+        """Ship the new environment once through the object store; every worker (and any replacement) takes it."""
+        super().set_env(env)
+        if not self._actors:
+            return
+        ray = _import_ray()
+        self._env_ref = ray.put(env)
+        ray.get([a.set_env.remote(self._env_ref) for a in self._actors])
+
     # ------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
-        if not self._actors:
-            raise RuntimeError("RayExecutor.run called before start()")
         ray = _import_ray()
         shared: dict[tuple[int, int], Any] = {}  # one object-store copy per distinct (weights, broadcast)
 
-        def shared_ref(task: ClientTask):
-            key = (id(task.global_weights), id(task.broadcast))
+        def submit(actor, t: ClientTask):
+            key = (id(t.global_weights), id(t.broadcast))
             if key not in shared:
-                shared[key] = ray.put((task.global_weights, task.broadcast))
-            return shared[key]
+                shared[key] = ray.put((t.global_weights, t.broadcast))
+            return actor.run.remote(shared[key], t.round, t.client_id, t.seed, t.state)
 
+        return self._dispatch(tasks, submit)
+
+    def query(self, tasks: Sequence[QueryTask]) -> list[QueryResult | ClientFailure]:
+        return self._dispatch(tasks, lambda actor, t: actor.query.remote(t))
+
+    def _dispatch(self, tasks, submit) -> list:
+        """Run `submit(actor, task)` for every task on the workers, with retries and dead-worker replacement."""
+        if not self._actors:
+            raise RuntimeError("RayExecutor.run called before start()")
+        ray = _import_ray()
         outcomes: list[ClientResult | ClientFailure | None] = [None] * len(tasks)
         attempts = [0] * len(tasks)
         queue = deque(range(len(tasks)))
@@ -176,7 +200,7 @@ class RayExecutor(Executor):
                 t = tasks[i]
                 attempts[i] += 1
                 busy[slot] += 1
-                ref = actor.run.remote(shared_ref(t), t.round, t.client_id, t.seed, t.state)
+                ref = submit(actor, t)
                 in_flight[ref] = (i, slot, actor)
             done, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in done:

@@ -1,7 +1,8 @@
 """Setup stages: one-shot protocols that run after the data is built and before round 1.
 
-A stage may change what clients train on (GGEUR's augmentation) and reports what it communicated. Stages are
-deterministic given the seed, so a resumed run simply runs them again.
+A stage may change what clients train on (GGEUR's augmentation) and reports what it communicated. What a client
+sends goes through a client query (`flsuite.federation.query`), run by the run's executor, so uploads are counted
+from the payloads themselves. Stages are deterministic given the seed, so a resumed run simply runs them again.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import abc
 from dataclasses import dataclass, field
 
 from flsuite.data.base import FederatedData
+from flsuite.federation.query import QueryRunner
 
 
 @dataclass
@@ -24,4 +26,5 @@ class SetupStage(abc.ABC):
     """A protocol run once before federated training (clients summarise → server combines → clients receive)."""
 
     @abc.abstractmethod
-    def run(self, data: FederatedData, seed: int) -> SetupResult: ...
+    def run(self, data: FederatedData, seed: int, query: QueryRunner | None = None) -> SetupResult:
+        """`query` runs client queries (the run's executor); None runs them in this process."""

@@ -11,8 +11,9 @@ The round loop (flsuite.federation.loop) calls only these hooks, so it holds no 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning as L
 import torch
@@ -20,6 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.weights import num_bytes
+
+if TYPE_CHECKING:
+    from flsuite.federation.server import ServerContext, ServerUpdate
 
 
 class ClientModule(L.LightningModule):
@@ -129,12 +134,14 @@ class Method:
     """Server side of an FL method. The defaults are FedAvg's: nothing extra is sent or kept, and weights are
     averaged ∝ client sample count.
 
-    Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need.
+    Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need. Hooks receive
+    state and return new state: the loop commits a round only when it has completed. Clients see the method through
+    `HyperParameters`, a read-only snapshot taken when the run starts, never the live server object.
     """
 
     client_module: ClassVar[type[ClientModule]] = ClientModule
-    #: Set by `setup`: the federation's number of clients, and which state-dict entries are trainable parameters
-    #: (the others are buffers, e.g. BatchNorm statistics).
+    #: Set by `setup`: the number of clients this method trains over, and which state-dict entries are trainable
+    #: parameters (the others are buffers, e.g. BatchNorm statistics).
     num_clients: int = 0
     parameter_names: tuple[str, ...] = ()
 
@@ -155,18 +162,56 @@ class Method:
         """Extras sent to every sampled client along with the global weights."""
         return {}
 
+    def broadcast_to(self, round: int, client_id: int, server_state: State, shared: dict[str, Any]) -> dict[str, Any]:
+        """What client `client_id` receives besides the global weights; by default the round's shared `broadcast`
+        (return `shared` itself when nothing is client-specific: executors then send it once)."""
+        return shared
+
     def aggregation_coefficients(self, results: Sequence[ClientResult]) -> list[float]:
         """Weights of the clients in the average: their sample counts."""
         return [float(r.num_samples) for r in results]
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx: ServerContext | None = None
     ) -> tuple[Weights, State]:
-        """New global weights and server state from this round's client results."""
+        """New global weights and server state from this round's client results. `ctx` (given by the loop) offers
+        the server's derived random stream, server-side fits and the round's context (see `ServerContext`)."""
         from flsuite.federation.weights import weighted_average
 
         return weighted_average([r.weights for r in results], self.aggregation_coefficients(results)), server_state
 
-    def server_update(self, round: int, global_model: nn.Module, server_state: State) -> dict[str, float]:
-        """Optional server-side training after aggregation, in place on `global_model`; returns metrics to log."""
-        return {}
+    def server_update(self, ctx: ServerContext, weights: Weights, server_state: State) -> ServerUpdate:
+        """Optional server-side training after aggregation: returns the new weights, state and metrics to log."""
+        from flsuite.federation.server import ServerUpdate
+
+        return ServerUpdate(weights, server_state)
+
+    # ---- communication accounting ----------------------------------------------------------------------------
+    def bytes_down(self, task: ClientTask) -> int:
+        """Bytes the server sends to one client in a round: the global weights and its broadcast."""
+        return num_bytes(task.global_weights) + num_bytes(task.broadcast)
+
+    def bytes_up(self, result: ClientResult) -> int:
+        """Bytes one client sends back: by default its weights and its upload. A method whose upload replaces the
+        weights (e.g. SCAFFOLD's deltas) counts only what really leaves the client."""
+        return num_bytes(result.weights) + num_bytes(result.upload)
+
+
+class HyperParameters:
+    """A read-only snapshot of a method for clients: attribute reads go to a deep copy taken at run start, writes
+    fail. Serial and Ray clients therefore see the same values, whatever the server does to its own object."""
+
+    def __init__(self, method: Method) -> None:
+        object.__setattr__(self, "_method", copy.deepcopy(method))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_method"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_method": object.__getattribute__(self, "_method")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "_method", state["_method"])

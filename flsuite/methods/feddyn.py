@@ -74,7 +74,7 @@ class FedDyn(FedAvg):
         return {"grad": {}}
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
         """FedAvg for buffers; h and θ^t as in the module docstring for every trainable parameter."""
         new, _ = super().aggregate(round, global_weights, results, server_state)

@@ -58,7 +58,7 @@ class FedOpt(FedAvg):
         return {"m": {}, "v": {}}
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
         """FedAvg's average, then the server optimiser step on every trainable parameter."""
         new, _ = super().aggregate(round, global_weights, results, server_state)

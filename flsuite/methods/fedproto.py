@@ -82,7 +82,7 @@ class FedProto(FedAvg):
         return {"protos": server_state["protos"], "has": server_state["has"]}
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
         weights, _ = super().aggregate(round, global_weights, results, server_state)
         uploads = [r.upload for r in results if "protos" in r.upload]

@@ -21,7 +21,8 @@ Protocol (paper Sec. 3, Algorithms 1 and 2; decisions from ../shared/methods/gge
      (Algorithm 1 starts from existing samples; A4).
 Defaults are the paper's: single-domain T = 2000; multi-domain T = 500 and M = 500 per prototype.
 
-What leaves a client: per class it holds, n (one integer), μ (p floats) and Σ (p×p floats), in float64 here.
+What leaves a client: per class it holds, n (one integer), μ (p floats) and Σ (p×p floats), in float64 here — the
+answer to a client query (`ClassStatisticsQuery`), run by the run's executor and counted from the payload.
 What a client receives: per class, p eigenvalues and p eigenvectors (p×p; p×k with `top_k`), and in multi-domain
 mode the p-dim prototypes of the other domains' classes. Both are counted in the stage's metrics
 (`setup/ggeur/bytes_up`, `bytes_down`: totals over clients).
@@ -37,8 +38,9 @@ from typing import Literal
 import torch
 
 from flsuite.data.base import ClientData, DataError, FederatedData, Split
+from flsuite.federation.query import ClientQuery, QueryRunner, QueryTask, ask, in_process
 from flsuite.federation.setup import SetupResult, SetupStage
-from flsuite.seeding import torch_generator
+from flsuite.seeding import derive_seed, torch_generator
 
 FLOAT64_BYTES = 8
 
@@ -145,7 +147,7 @@ class GGEUR(SetupStage):
             return self.mode
         return "multi" if len(data.domains) > 1 else "single"
 
-    def run(self, data: FederatedData, seed: int) -> SetupResult:
+    def run(self, data: FederatedData, seed: int, query: QueryRunner | None = None) -> SetupResult:
         if data.clients[0].train.x.ndim != 2:
             raise DataError(f"GGEUR works on embedding vectors [N, p]; the clients hold inputs of shape {list(data.input_shape)} (set data.encoder)")
         multi = self.resolved_mode(data) == "multi"
@@ -155,12 +157,15 @@ class GGEUR(SetupStage):
         generated: list[list[torch.Tensor]] = [[] for _ in data.clients]
         labels: list[list[torch.Tensor]] = [[] for _ in data.clients]
         bytes_up = bytes_down = 0
+        query = query or in_process(data)
+        clients = [client.client_id for client in data.clients]
         for c in range(data.num_classes):
             held = {client.client_id: client.train.x[client.train.y == c] for client in data.clients}
-            stats = {cid: class_statistics(x) for cid, x in held.items() if len(x) > 0}
+            answers = ask(query, ClassStatisticsQuery(c), clients, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats"))
+            bytes_up += answers.bytes_up
+            stats = {cid: ClassStatistics(int(u["count"]), u["mean"], u["cov"]) for cid, u in answers.uploads().items() if u}
             if not stats:
                 continue
-            bytes_up += len(stats) * (1 + p + p * p) * FLOAT64_BYTES
             shape = geometry(pooled_covariance(list(stats.values())).cov, self.top_k)
             bytes_down += len(data.clients) * (k + p * k) * FLOAT64_BYTES
             prototypes = _domain_prototypes(data, stats) if multi and self.step2 else {}
@@ -190,6 +195,23 @@ class GGEUR(SetupStage):
         augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description)
         metrics = {"bytes_up": bytes_up, "bytes_down": bytes_down, "generated": n_generated, "multi_domain": int(multi), "target_per_class": target}
         return SetupResult(augmented, metrics)
+
+
+class ClassStatisticsQuery(ClientQuery):
+    """Step 1 of the protocol on one client: (n, μ, Σ) of its samples of class `cls` (float64; n as an int64
+    scalar), or nothing when it holds none. Exactly this leaves the client."""
+
+    name = "ggeur/class_stats"
+
+    def __init__(self, cls: int) -> None:
+        self.cls = cls
+
+    def compute(self, client: ClientData, task: QueryTask, model: torch.nn.Module | None) -> dict[str, torch.Tensor]:
+        x = client.train.x[client.train.y == self.cls]
+        if len(x) == 0:
+            return {}
+        s = class_statistics(x)
+        return {"count": torch.tensor(s.count, dtype=torch.int64), "mean": s.mean, "cov": s.cov}
 
 
 def _domain_prototypes(data: FederatedData, stats: dict[int, ClassStatistics]) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 Client k in round t starts from y = x (global weights), with server control variate c and its own c_k (zeros at
 first), and corrects every local gradient:   y ← y − η_l (g_k(y) − c_k + c).
 After K local steps:   c_k⁺ = c_k − c + (x − y) / (K η_l)          (option II)
-It uploads Δy_k = y − x and Δc_k = c_k⁺ − c_k, and keeps c_k⁺.
+It uploads Δy_k = y − x and Δc_k = c_k⁺ − c_k (2|θ| numbers, `bytes_up`), and keeps c_k⁺.
 Server, over the round's clients S of N:   x ← x + η_g · mean_{k∈S} Δy_k,   c ← c + (|S|/N) · mean_{k∈S} Δc_k.
 
 Control variates exist for the trainable parameters only; buffers (e.g. BatchNorm statistics) are averaged as
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.federation.weights import weighted_average
+from flsuite.federation.weights import num_bytes, weighted_average
 from flsuite.methods.base import ClientModule, Method
 
 
@@ -113,8 +113,15 @@ class Scaffold(Method):
     def broadcast(self, round: int, server_state: State) -> dict:
         return {"c": server_state["c"]}
 
+    def bytes_up(self, result: ClientResult) -> int:
+        """Δy and Δc for every trainable parameter (2|θ|), plus the buffers averaged as FedAvg (e.g. BatchNorm
+        statistics); the full weights are not sent."""
+        delta_y = result.upload.get("delta_y", {})
+        buffers = {k: v for k, v in result.weights.items() if k not in delta_y and torch.is_floating_point(v)}
+        return num_bytes(result.upload) + num_bytes(buffers)
+
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
         # buffers (and anything without a control variate): FedAvg; parameters: x + η_g mean(Δy)
         new = weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])

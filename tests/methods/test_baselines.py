@@ -256,7 +256,7 @@ def test_scaffold_composes_with_ggeur_by_config(tmp_path):
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
     setup = [GGEUR(target_per_class=40, samples_per_prototype=10)]
     summary = head_federation(tmp_path, data=data, rounds=2, setup=setup, method=Scaffold()).fit()
-    assert summary["last/acc_mean"] >= 0
+    assert summary["last/acc_mean"] > 70  # 3 classes: chance is 33.3; a run that learned nothing stays near it
     stats = json.loads((tmp_path / "partition.json").read_text())
     assert [c["num_samples"] for c in stats["clients"]] == [3 * 40 + 3 * 10] * 2
     assert load_checkpoint(tmp_path).server_state["c"]

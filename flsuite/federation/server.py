@@ -1,0 +1,159 @@
+"""The server side of a round: its context, its training, and server steps that compose with any method.
+
+`ServerContext` is what the server may use after the clients of a round have reported: the round's results, a random
+stream derived from (seed, round, purpose) — the same under every executor, because it never touches the process's
+global RNG state that in-process clients advance — server-held data declared in config, and `fit`, a lean Lightning
+`Trainer.fit` like a client's.
+
+A `ServerStep` runs after the method has aggregated ("X + step" by config, as setup stages compose with any method):
+it receives the aggregated weights and its own state and returns new ones; nothing is mutated in place, so the loop
+commits a round only when every part of it has finished.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch import nn
+
+from flsuite.data.base import DataSource, EpochBatches, Split
+from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.weights import clone_weights
+from flsuite.seeding import derive_seed, torch_generator
+
+
+@dataclass
+class ServerUpdate:
+    """What a server-side computation returns: new weights, its new state, metrics to log (`server/<name>/...`)."""
+
+    weights: Weights
+    state: State
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ServerContext:
+    """What the server has in round `round` (see the module docstring)."""
+
+    round: int
+    seed: int
+    results: Sequence[ClientResult]
+    num_clients: int
+    build_model: Callable[[], nn.Module]
+    accelerator: str = "cpu"
+
+    def seed_for(self, purpose: str) -> int:
+        return derive_seed(self.seed, self.round, purpose=f"server/{purpose}")
+
+    def generator(self, purpose: str) -> torch.Generator:
+        """A CPU generator for the server stream (seed, round, purpose)."""
+        return torch_generator(self.seed, self.round, purpose=f"server/{purpose}")
+
+    def model(self, weights: Weights) -> nn.Module:
+        """A fresh model of the round's architecture holding `weights`."""
+        model = self.build_model()
+        model.load_state_dict(weights)
+        return model
+
+    def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
+        """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream
+        (dropout and other model-internal randomness), so serial and Ray runs train identically."""
+        from flsuite.federation.client import make_trainer
+
+        torch.manual_seed(self.seed_for(purpose))
+        make_trainer(LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs).fit(module, train_dataloaders=batches)
+
+
+@dataclass
+class PublicData:
+    """Server-held data declared in config: the training (or test) samples of a `DataSource`, pooled over its clients
+    (or domains). It must live in the federation's input space (same encoder and preprocessing).
+
+    Args:
+        source: Where the data comes from.
+        split: "train" pools the source's client training splits; "test" pools its test splits.
+    """
+
+    source: DataSource
+    split: Literal["train", "test"] = "train"
+
+    def build(self, seed: int) -> Split:
+        data = self.source.build(seed)
+        parts = [c.train for c in data.clients] if self.split == "train" else list(data.test.values())
+        return Split(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
+
+
+class ServerStep(abc.ABC):
+    """A server-side computation after aggregation, composable with any method (`server_steps:` in YAML)."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__.lower()
+
+    def prepare(self, seed: int) -> None:
+        """Called once per run (and on resume) before the first round, e.g. to build server data."""
+
+    def init_state(self, global_weights: Weights) -> State:
+        return {}
+
+    @abc.abstractmethod
+    def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate: ...
+
+
+class ServerFinetune(ServerStep):
+    """Fine-tune the aggregated model on server-held data with cross-entropy: `epochs` passes of local-style SGD,
+    as a server-side Lightning fit (the client's lean training path, run on the server).
+
+    Args:
+        data: The server's data (e.g. a public labelled set).
+        epochs: Passes over it per round.
+        batch_size: Mini-batch size.
+        lr: SGD learning rate.
+        momentum: SGD momentum.
+        every: Run in every `every`-th round.
+    """
+
+    def __init__(self, data: PublicData, epochs: int = 1, batch_size: int = 32, lr: float = 0.01, momentum: float = 0.0, every: int = 1) -> None:
+        if epochs < 1 or batch_size < 1 or lr <= 0 or every < 1:
+            raise ValueError("ServerFinetune needs epochs >= 1, batch_size >= 1, lr > 0 and every >= 1")
+        self.data, self.epochs, self.batch_size, self.lr, self.momentum, self.every = data, epochs, batch_size, lr, momentum, every
+        self._split: Split | None = None
+
+    def prepare(self, seed: int) -> None:
+        self._split = self.data.build(seed)
+
+    def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
+        from flsuite.methods.base import ClientModule
+
+        if ctx.round % self.every or self._split is None:
+            return ServerUpdate(weights, state)
+        local = LocalTraining(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=0.0)
+        model = ctx.model(weights)
+        module = ClientModule(model, None, local, ClientTask(ctx.round, -1, ctx.seed_for(self.name), weights))  # type: ignore[arg-type]
+        batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
+        ctx.fit(module, batches, purpose=self.name)
+        loss = float(module._loss_sum) / max(module.num_steps, 1)
+        return ServerUpdate(clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": loss, "steps": module.num_steps})
+
+
+def run_server_steps(steps: Sequence[ServerStep], ctx: ServerContext, weights: Weights, states: Sequence[State]) -> tuple[Weights, list[State], dict[str, Any]]:
+    """Apply the server steps in order; returns the final weights, every step's new state, and their metrics."""
+    new_states: list[State] = []
+    metrics: dict[str, Any] = {}
+    for step, state in zip(steps, states):
+        update = step.step(ctx, weights, state)
+        weights = update.weights
+        new_states.append(update.state)
+        metrics.update({f"{step.name}/{k}": v for k, v in update.metrics.items()})
+    return weights, new_states, metrics
+
+
+def check_step_names(steps: Sequence[ServerStep]) -> None:
+    names = [s.name for s in steps]
+    if len(set(names)) != len(names):
+        raise ValueError(f"server_steps: two steps share a name ({names}); their metrics and state would collide")
