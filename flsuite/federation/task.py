@@ -67,6 +67,8 @@ class LocalTraining:
             raise ValueError(f"local.lr must be > 0, got {self.lr}")
         if self.loop not in ("lean", "standard"):
             raise ValueError(f"local.loop must be 'lean' or 'standard', got {self.loop!r}")
+        if self.precision not in ("32-true", "16-mixed", "bf16-mixed"):
+            raise ValueError(f"local.precision must be '32-true', '16-mixed' or 'bf16-mixed', got {self.precision!r}")
         if self.precision != "32-true" and self.loop != "standard":
             raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean loop steps the raw optimiser in 32-bit)")
 

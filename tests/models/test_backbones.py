@@ -17,6 +17,7 @@ from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.base import ClientModule
+from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models import backbones
 from flsuite.models.backbones import ResNet10, ResNet18
@@ -210,7 +211,36 @@ def test_standard_loop_gives_the_lean_loops_weights(tmp_path, monkeypatch, metho
 def test_precision_other_than_32_needs_the_standard_loop():
     with pytest.raises(ValueError, match="local.precision '16-mixed' needs local.loop: standard"):
         LocalTraining(precision="16-mixed")
-    assert LocalTraining(precision="bf16-mixed", loop="standard").precision == "bf16-mixed"
+    with pytest.raises(ValueError, match="local.precision must be"):
+        LocalTraining(precision="16", loop="standard")
+    with pytest.raises(ValueError, match="local.loop must be"):
+        LocalTraining(loop="fast")
+
+
+class AutocastProbe(ClientModule):
+    """Records, per local step, whether the loss ran under CPU autocast and in which dtype."""
+
+    seen: list[tuple[bool, torch.dtype]] = []
+
+    def local_loss(self, x, y):
+        AutocastProbe.seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return super().local_loss(x, y)
+
+
+class AutocastFedAvg(FedAvg):
+    client_module = AutocastProbe
+
+
+@pytest.mark.parametrize("precision, autocast", [("32-true", False), ("bf16-mixed", True)])
+def test_local_precision_reaches_the_standard_loops_trainer(tmp_path, precision, autocast):
+    AutocastProbe.seen = []
+    local = LocalTraining(steps=2, batch_size=8, lr=0.1, loop="standard", precision=precision)
+    head_federation(tmp_path, data=gaussian(), model=MLP(hidden=(5,)), rounds=1, local=local, method=AutocastFedAvg()).fit()
+    assert len(AutocastProbe.seen) == 2 * 2  # clients × steps
+    assert all(enabled == autocast for enabled, _ in AutocastProbe.seen)
+    if autocast:
+        assert all(dtype == torch.bfloat16 for _, dtype in AutocastProbe.seen)
+    assert all(torch.isfinite(v).all() for v in load_checkpoint(tmp_path).global_weights.values())
 
 
 class TinyImages(DataSource):
