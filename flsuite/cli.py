@@ -4,26 +4,36 @@
     flsuite fit --config run.yaml --print_config        # the resolved config; feeding it back runs the same
     flsuite features --config run.yaml                  # build/embed the data once (fills the feature cache)
 
-Pluggable parts (data, model, method, executor) are chosen with `class_path`/`init_args`. Errors in the config or in
-the data name the offending key or file and exit with status 2; set FLSUITE_DEBUG=1 for the full traceback.
+Pluggable parts (data, model, method, executor, setup stages) are chosen with `class_path`/`init_args`, or by short
+class name (`--method FedProx`, `--executor RayExecutor`): every flsuite module is imported when the parser is built,
+so jsonargparse knows every subclass and `flsuite fit --help` lists them. Errors in the config or in the data name the
+offending key or file and exit with status 2; set FLSUITE_DEBUG=1 for the full traceback. Ctrl-C during `fit` writes
+the last completed round's checkpoint and exits with status 130 (see flsuite.interrupts).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import logging
 import os
+import pkgutil
+import re
 import sys
 import time
 from pathlib import Path
 
+import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
+import flsuite
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
-from flsuite.federation.checkpoint import CheckpointError
+from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError
 from flsuite.federation.loop import ClientFailedError, Federation
+from flsuite.interrupts import EXIT_INTERRUPTED, RunInterrupted, sigint_raises_run_interrupted
+from flsuite.runfolder import flatten
 from flsuite.runtime import keep_freed_memory
 
 log = logging.getLogger("flsuite")
@@ -32,7 +42,33 @@ log = logging.getLogger("flsuite")
 USER_ERRORS = (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, ValueError, TypeError)
 
 
+def import_all_modules() -> list[str]:
+    """Import every flsuite module so that jsonargparse knows every subclass (short names, `--help` listings).
+    A module whose optional dependency is missing is skipped (its classes then need the full class_path)."""
+    skipped = []
+    for info in pkgutil.walk_packages(flsuite.__path__, "flsuite."):
+        if info.name == __name__ or info.name == "flsuite.cli":
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError as err:
+            skipped.append(f"{info.name} ({err})")
+    if skipped:
+        log.debug("not importable, so not available by short name: %s", "; ".join(skipped))
+    return skipped
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("flsuite")
+    except Exception:  # a source tree that is not installed
+        return flsuite.__version__
+
+
 def fit_parser() -> ArgumentParser:
+    import_all_modules()
     parser = ArgumentParser(
         prog="flsuite fit",
         description="Train a federation round by round and record it (run folder + W&B).",
@@ -40,12 +76,20 @@ def fit_parser() -> ArgumentParser:
     )
     parser.add_argument("--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
     parser.add_class_arguments(Federation, fail_untyped=True, sub_configs=True)
+    # The federation's own default is the base Method (FedAvg's hooks) so the engine needs no concrete method; the
+    # command line names FedAvg, so resolved configs say what ran.
+    from jsonargparse import lazy_instance
+
+    from flsuite.methods.fedavg import FedAvg
+
+    parser.set_defaults(method=lazy_instance(FedAvg))
     parser.add_argument("--resume", type=Path | None, default=None, help="Continue a run from its folder or a checkpoint file.")
     return parser
 
 
 def main_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="flsuite", description="Federated learning experiments on heterogeneous clients.", exit_on_error=False)
+    parser.add_argument("--version", action="version", version=f"flsuite {version()}")
     subcommands = parser.add_subcommands(dest="command")
     subcommands.add_subcommand("fit", fit_parser(), help="Run a federation from a YAML config.")
     subcommands.add_subcommand(
@@ -71,7 +115,8 @@ def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
 
 def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     federation = build_federation(parser, cfg)
-    summary = federation.fit(resume=cfg.resume, config_yaml=resolved_config_yaml(parser, cfg))
+    with sigint_raises_run_interrupted():
+        summary = federation.fit(resume=cfg.resume, config_yaml=resolved_config_yaml(parser, cfg))
     print(f"\nPer-domain test accuracy (%), run folder {summary['run_dir']}:\n{summary['table']}")
     return summary
 
@@ -95,13 +140,74 @@ def _one_paragraph(err: BaseException) -> str:
     return text or type(err).__name__
 
 
+def config_files(argv: list[str]) -> list[Path]:
+    """The `--config` files named on the command line, in order."""
+    files = []
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            files.append(Path(argv[i + 1]))
+        elif arg.startswith("--config="):
+            files.append(Path(arg.split("=", 1)[1]))
+    return files
+
+
+def check_config_files(files: list[Path]) -> None:
+    """Malformed or empty YAML stops with an error naming the file (and the line), before jsonargparse sees it."""
+    for path in files:
+        if not path.is_file():
+            continue  # jsonargparse names a missing file
+        text = path.read_text()
+        try:
+            content = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(err, "problem", None) or str(err)
+            raise ValueError(f"config file {path} is not valid YAML{where}: {problem}") from None
+        if content is None:
+            raise ValueError(f"config file {path} is empty")
+        if not isinstance(content, dict):
+            raise ValueError(f"config file {path} must hold a mapping of keys (e.g. `rounds: 10`), not a {type(content).__name__}")
+
+
+def blame_config_file(message: str, files: list[Path]) -> str:
+    """For an unknown-key error, the config file(s) that hold that key, as " (in FILE)"; "" when none is found."""
+    keys = set(re.findall(r"[Oo]ption '([^']+)'", message))
+    if not keys:
+        return ""
+    holders = []
+    for path in files:
+        try:
+            flat = flatten(yaml.safe_load(path.read_text()) or {})
+        except (OSError, yaml.YAMLError):
+            continue
+        if any(f == k or f.endswith("." + k) or k.rsplit(".", 1)[-1] in f.split(".") for f in flat for k in keys):
+            holders.append(str(path))
+    return f" (in {', '.join(holders)})" if holders else ""
+
+
+def interrupted_message(err: BaseException) -> str:
+    """What to tell the user after Ctrl-C: the checkpointed round and the exact command to continue."""
+    run_dir = getattr(err, "run_dir", None)
+    if run_dir is None or not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
+        where = f" (run folder {run_dir})" if run_dir is not None else ""
+        return f"flsuite: interrupted before a round was checkpointed{where}; nothing to continue, start the run again"
+    return (
+        f"flsuite: interrupted; the last completed round is checkpointed in {run_dir}; "
+        f"continue with --resume {run_dir} (e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     keep_freed_memory()
     debug = bool(os.environ.get("FLSUITE_DEBUG"))
     parser = main_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    files = config_files(argv)
     try:
+        check_config_files(files)
         cfg = parser.parse_args(argv)
         commands = {"fit": run_fit, "features": run_features}
         subparser = parser._subcommands_action._name_parser_map[cfg.command]
@@ -109,13 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except SystemExit as done:  # --help, --print_config
         return int(done.code or 0)
-    except KeyboardInterrupt:
-        print("flsuite: interrupted; the last completed round is checkpointed (continue with --resume RUN_DIR)", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, RunInterrupted) as err:
+        print(interrupted_message(err), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
         if debug or not isinstance(err, (*USER_ERRORS, _argument_error())):
             raise
-        print(f"flsuite: error: {_one_paragraph(err)}", file=sys.stderr)
+        message = _one_paragraph(err)
+        if isinstance(err, _argument_error()):
+            message += blame_config_file(message, files)
+        if isinstance(err, UnreadableImageError):
+            message += " (set data.init_args.skip_unreadable: true to drop unreadable images with a warning)"
+        print(f"flsuite: error: {message}", file=sys.stderr)
         return 2
 
 

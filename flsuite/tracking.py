@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from flsuite.interrupts import RunInterrupted
+
 log = logging.getLogger(__name__)
 
 
@@ -85,27 +87,56 @@ def environment_info(seed: int) -> dict[str, Any]:
     return {"seed": seed, "versions": versions, "platform": platform.platform(), "argv": sys.argv}
 
 
-class Tracker:
-    """Writes the run folder and mirrors metrics to W&B (x-axis = round)."""
+#: W&B exit codes: 0 = finished, 1 = failed (an error stopped the run), 255 = interrupted (Ctrl-C; W&B's own
+#: convention for a KeyboardInterrupt). Any non-zero code shows the run as "failed" on the dashboard.
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 255
 
-    def __init__(self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any]) -> None:
+
+def run_labels(method: object, data: object, setup: Sequence[object] = ()) -> dict[str, str]:
+    """What tells runs apart on a dashboard: the method's class name (joined with the setup stages', e.g.
+    "FedAvg+GGEUR") and the dataset (a benchmark's `suite`, else the data source's class name)."""
+    method_name = "+".join([type(method).__name__, *(type(stage).__name__ for stage in setup)])
+    return {"method_name": method_name, "dataset": str(getattr(data, "suite", None) or type(data).__name__)}
+
+
+def under_sweep_agent() -> bool:
+    """A W&B sweep agent started this process: it chose the run (WANDB_SWEEP_ID / WANDB_RUN_ID), we join it."""
+    return bool(os.environ.get("WANDB_SWEEP_ID") or os.environ.get("WANDB_RUN_ID"))
+
+
+class Tracker:
+    """Writes the run folder and mirrors metrics to W&B (x-axis = round).
+
+    A W&B run is finished as "finished" only through `finish` (the run completed); `close` without it marks the run
+    failed (exit code 1), or interrupted (255) after Ctrl-C.
+    """
+
+    def __init__(
+        self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any], labels: Mapping[str, str] | None = None
+    ) -> None:
         self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wandb_run = None
         if wandb_cfg.enabled:
-            self.wandb_run = self._init_wandb(wandb_cfg, group, config)
+            self.wandb_run = self._init_wandb(wandb_cfg, group, config, dict(labels or {}))
 
-    def _init_wandb(self, cfg: WandbConfig, group: str, config: Mapping[str, Any]):
+    def _init_wandb(self, cfg: WandbConfig, group: str, config: Mapping[str, Any], labels: dict[str, str]):
         import wandb
 
         mode = _resolve_wandb_mode(cfg.mode)
         id_file = self.run_dir / "wandb_id.txt"
-        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
-        id_file.write_text(run_id)
-        kwargs = dict(
-            project=cfg.project, entity=cfg.entity, group=group, name=self.run_dir.name, tags=list(cfg.tags),
-            config=dict(config), dir=str(self.run_dir), id=run_id, resume="allow",
+        tags = list(dict.fromkeys([*labels.values(), *cfg.tags]))
+        kwargs: dict[str, Any] = dict(
+            project=cfg.project, entity=cfg.entity, group=group, tags=tags, config={**dict(config), **labels},
+            dir=str(self.run_dir), job_type=labels.get("method_name"),
         )
+        if under_sweep_agent() and not id_file.is_file():
+            # Join the agent's run (its id and name); forcing our own id would detach the run from the sweep.
+            if os.environ.get("WANDB_RUN_ID"):
+                kwargs["id"] = os.environ["WANDB_RUN_ID"]
+        else:
+            run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
+            kwargs.update(id=run_id, resume="allow", name=self.run_dir.name)
         try:
             run = wandb.init(mode=mode, **kwargs)
         except Exception as err:  # no network, bad key: keep the experiment going, offline
@@ -113,6 +144,7 @@ class Tracker:
                 raise
             log.warning("W&B online init failed (%s); logging offline instead", err)
             run = wandb.init(mode="offline", **kwargs)
+        id_file.write_text(run.id)
         run.define_metric("round")
         run.define_metric("*", step_metric="round")
         return run
@@ -150,20 +182,29 @@ class Tracker:
     def finish(self, summary: Mapping[str, Any], table: str, history: Sequence[Mapping[str, Any]], domains: Sequence[str]) -> None:
         write_json(self.run_dir / "summary.json", summary)
         (self.run_dir / "results.md").write_text(table + "\n")
-        plot_convergence(history, domains, self.run_dir / "convergence.png")
+        png = self.run_dir / "convergence.png"
+        plot_convergence(history, domains, png)
         if self.wandb_run is not None:
             import wandb
 
             self.wandb_run.summary.update({k: v for k, v in summary.items() if v is not None})
             rows = [[d, summary.get(f"last5/acc/{d}"), summary.get(f"last/acc/{d}")] for d in domains]
-            self.wandb_run.log({"final_per_domain": wandb.Table(columns=["domain", "last5_avg", "last"], data=rows)})
-            self.wandb_run.finish()
+            final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=["domain", "last5_avg", "last"], data=rows)}
+            if png.is_file():
+                final["convergence"] = wandb.Image(str(png))
+            self.wandb_run.log(final)
+            self.wandb_run.finish(exit_code=EXIT_OK)
             self.wandb_run = None
 
-    def close(self) -> None:
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
-            self.wandb_run = None
+    def close(self, interrupted: bool | None = None) -> None:
+        """End the W&B run if `finish` did not: as interrupted (exit code 255) or failed (1). Called from a `finally`,
+        `interrupted=None` tells the two apart by the exception on its way out (Ctrl-C or anything else)."""
+        if self.wandb_run is None:
+            return
+        if interrupted is None:
+            interrupted = isinstance(sys.exc_info()[1], (KeyboardInterrupt, RunInterrupted))
+        self.wandb_run.finish(exit_code=EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
+        self.wandb_run = None
 
 
 def plot_partition(stats: Mapping[str, Any], path: Path) -> None:

@@ -35,6 +35,7 @@ from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, 
 from flsuite.data.partition import DomainSkew, Partitioner, drop_empty_clients, train_test_split_indices
 from flsuite.data.sources import ImageArrays
 from flsuite.models.encoders import FrozenEncoder
+from flsuite.paths import cache_path, data_path
 from flsuite.seeding import numpy_rng
 
 log = logging.getLogger(__name__)
@@ -197,11 +198,13 @@ class Benchmark(DataSource):
     Args:
         suite: Suite name: digits, digits_offline, office_caltech10, pacs, office_home, domainnet, mnist,
             fashion_mnist, fashion_mnist_debian, cifar10, cifar100, tiny_imagenet.
-        root: Folder holding (or receiving, with `download`) the dataset files.
+        root: Folder holding (or receiving, with `download`) the dataset files; a relative path resolves against
+            $FLSUITE_DATA (default: the working directory), see flsuite.paths.
         partition: Who holds what: a `Partitioner` (default: one client per domain with all its training data).
         domains: Use only these domains of the suite (in this order); null for all.
         encoder: A frozen encoder; when set, clients and test sets hold its embeddings instead of pixels.
         cache_dir: Where embeddings are cached (keyed by encoder, weights, data and preprocessing); null = no cache.
+            A relative path resolves against $FLSUITE_CACHE (default: the working directory).
         image_size: Side length images are loaded/resized to (folders) and pixel models see.
         channels: Channels pixel models see (grey and RGB domains are converted to this); ignored with an encoder.
         test_fraction: Held-out fraction per domain for datasets without an official test split (seeded).
@@ -258,7 +261,8 @@ class Benchmark(DataSource):
     # ------------------------------------------------------------------------------------------------------------
     def load_domains(self, seed: int) -> dict[str, DomainData]:
         """Every domain's pools and its train/test rows: a seeded disjoint split where there is no official test set."""
-        ctx = LoadContext(self.root, self.download, seed, self.image_size, self.usps_mat, self.syn_samples, self.skip_unreadable)
+        usps_mat = data_path(self.usps_mat) if self.usps_mat is not None else None
+        ctx = LoadContext(data_path(self.root), self.download, seed, self.image_size, usps_mat, self.syn_samples, self.skip_unreadable)
         out: dict[str, DomainData] = {}
         for domain in self.domains:
             train, test = SUITES[self.suite][domain](ctx)
@@ -284,7 +288,8 @@ class Benchmark(DataSource):
         from flsuite.data.feature_cache import extract_features
 
         key = {"suite": self.suite, "domain": domain, "pool": pool_name, "image_size": str(self.image_size)}
-        x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=self.cache_dir, dataset_key=key)
+        cache_dir = cache_path(self.cache_dir) if self.cache_dir is not None else None
+        x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=cache_dir, dataset_key=key)
         return Split(x, labels)
 
     def build(self, seed: int) -> FederatedData:
