@@ -67,6 +67,21 @@ def test_a_phase_over_all_clients_without_prefix_is_the_default_protocol(tmp_pat
     assert (tmp_path / "default" / "metrics.jsonl").read_bytes() == (tmp_path / "explicit" / "metrics.jsonl").read_bytes()
 
 
+class TwoStageFedAvg(FedAvg):
+    """A method that brings its own protocol (as FKPL will)."""
+
+    def protocol(self):
+        return two_phases()
+
+
+def test_a_method_can_bring_its_own_protocol_and_a_config_protocol_wins(tmp_path):
+    head_federation(tmp_path / "own", method=TwoStageFedAvg()).fit()
+    head_federation(tmp_path / "config", protocol=two_phases()).fit()
+    assert (tmp_path / "own" / "metrics.jsonl").read_bytes() == (tmp_path / "config" / "metrics.jsonl").read_bytes()
+    head_federation(tmp_path / "override", method=TwoStageFedAvg(), protocol=[Rounds()]).fit()
+    assert "phase" not in records(tmp_path / "override")[0]
+
+
 def test_the_summary_comes_from_the_last_phase(tmp_path):
     summary = head_federation(tmp_path, protocol=two_phases()).fit()
     last = records(tmp_path)[-1]

@@ -83,7 +83,8 @@ class Federation:
         executor: Runs client fits (serial by default).
         setup: One-shot stages run before round 1 that may change the clients' data (e.g. GGEUR), in order.
         server_steps: Server-side steps run after every aggregation, in order, composable with any method.
-        protocol: The phases of the run, in order; null: rounds of `method` over all clients (`Rounds`).
+        protocol: The phases of the run, in order; null: the method's own protocol (`Method.protocol`), which by
+            default is rounds of `method` over all clients (`Rounds()`).
         on_client_failure: What a round does when a client task still fails after the executor's retries: "fail"
             stops the run (the last round's checkpoint stays); "drop" aggregates the other clients and records the
             failed ones in the round's `clients_failed`. Updates with NaN/Inf weights are always rejected and recorded
@@ -134,7 +135,7 @@ class Federation:
             raise ValueError("checkpoint_every, eval_every and last_k must be >= 1")
         self.data, self.model, self.method = data, model, method if method is not None else Method()
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
-        self.setup, self.server_steps, self.protocol = list(setup or []), list(server_steps or []), list(protocol or [Rounds()])
+        self.setup, self.server_steps, self.protocol = list(setup or []), list(server_steps or []), list(protocol or self.method.protocol())
         check_step_names(self.server_steps)
         if len({p.name for p in self.protocol}) != len(self.protocol):
             raise ValueError(f"protocol: phase names must be distinct, got {[p.name for p in self.protocol]}")

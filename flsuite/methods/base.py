@@ -24,6 +24,7 @@ from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, Sta
 from flsuite.federation.weights import num_bytes
 
 if TYPE_CHECKING:
+    from flsuite.federation.phases import Phase
     from flsuite.federation.server import ServerContext, ServerUpdate
 
 
@@ -149,6 +150,13 @@ class Method:
         """Called by the round loop once per run (and on resume) before any other hook."""
         self.num_clients = num_clients
         self.parameter_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
+
+    def protocol(self) -> list[Phase]:
+        """The phases this method runs when the config gives no `protocol:`; by default rounds of this method over
+        every client. A multi-stage method (e.g. cluster, train experts, calibrate a head) returns its own."""
+        from flsuite.federation.phases import Rounds
+
+        return [Rounds()]
 
     def init_server_state(self, global_weights: Weights) -> State:
         """Server-side state kept across rounds (checkpointed)."""
