@@ -224,6 +224,23 @@ def test_a_client_query_counts_exactly_its_payload():
     torch.testing.assert_close(outcome.uploads()[2]["sums"], data.clients[2].train.x.sum(dim=1))
 
 
+class QueryThenTrain(Rounds):
+    """A phase that first asks every client a question (a one-shot exchange), then trains."""
+
+    def run(self, ctx):
+        if "answers" not in ctx.state.outputs:
+            outcome = ctx.query(RowSums(), clients=[1, 3])
+            ctx.state.outputs["answers"] = {k: u["n"] for k, u in outcome.uploads().items()}
+        super().run(ctx)
+
+
+def test_a_phase_query_runs_on_the_executor_and_its_bytes_reach_the_summary(tmp_path):
+    summary = head_federation(tmp_path, protocol=[QueryThenTrain(rounds=1)]).fit()
+    assert summary["query/row_sums/calls"] == 1
+    assert summary["query/row_sums/bytes_up"] == 2 * (60 * 4 + 8)  # two clients: 60 float32 row sums + an int64
+    assert load_checkpoint(tmp_path).outputs["answers"] == {1: 60, 3: 60}
+
+
 def test_ggeur_statistics_travel_as_a_query_and_are_counted_from_the_payload():
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=40).build(1)
     held = sum(int((c.train.y == k).any()) for c in data.clients for k in range(3))

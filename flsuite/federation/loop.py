@@ -235,6 +235,8 @@ class Federation:
                     raise
                 records = next((r for r in (p.summary_records(state.history) for p in reversed(self.protocol)) if r), [])
                 summary = final_summary(records, self.last_k, self.target_acc)
+                for name, totals in state.outputs.get("queries", {}).items():
+                    summary.update({f"query/{name}/{k}": v for k, v in totals.items()})
                 table = domain_table(summary, fed.domains, self.last_k) if summary else ""
                 tracker.finish(summary, table, records, fed.domains)
             finally:

@@ -69,10 +69,16 @@ class RunContext:
         fed.executor.set_env(ClientEnvironment(self.data, model, HyperParameters(method), fed.local, fed.seed))  # type: ignore[arg-type]
 
     def query(self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None) -> QueryOutcome:
-        """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query)."""
+        """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
+        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary)."""
         seed = self.federation.seed
         clients = range(len(self.data.clients)) if clients is None else clients
-        return ask(self.federation.executor.query, query, list(clients), lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+        outcome = ask(self.federation.executor.query, query, list(clients), lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+        totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
+        totals["calls"] += 1
+        totals["bytes_up"] += outcome.bytes_up
+        totals["bytes_down"] += outcome.bytes_down
+        return outcome
 
     def commit(self, record: dict[str, Any], timing: dict[str, Any], checkpoint: bool) -> None:
         """Append a finished step's record to the history and the run folder, and checkpoint if asked."""
