@@ -1,11 +1,15 @@
-"""Process-wide runtime tuning applied by the `flsuite` command."""
+"""Process-wide runtime tuning: glibc's allocator (`keep_freed_memory`) and torch's thread counts (`ThreadPolicy`)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import logging
+import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -30,3 +34,118 @@ def keep_freed_memory() -> bool:
     if not ok:
         log.debug("mallopt refused the thresholds; keeping glibc's defaults")
     return ok
+
+
+# ---- torch threads ---------------------------------------------------------------------------------------------
+
+#: Environment variables the thread policy reads (see `ThreadPolicy`).
+THREADS_ENV, PARALLEL_ENV = "FLSUITE_THREADS", "FLSUITE_PARALLEL"
+
+#: The last decision `ThreadPolicy.apply` made in this process (what `thread_counts` reports).
+_APPLIED: dict[str, Any] = {}
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask, so `taskset` and cpusets count), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _env_count(name: str) -> int | None:
+    """A positive integer from environment variable `name`, None when unset or empty; a clear error otherwise."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"environment variable {name}={value!r} must be a positive integer")
+    return count
+
+
+@dataclass(frozen=True)
+class ThreadPolicy:
+    """How many threads torch uses in this process; decided once per run, deterministically (bit-identical reruns
+    depend on the count).
+
+    Intra-op threads, first that applies:
+      1. the environment variable `FLSUITE_THREADS` (an override for any config);
+      2. `intra_op` when it is a number;
+      3. "auto": 1 when the model's inputs are feature vectors (a small head on in-memory embeddings: a batch of 16
+         is too little work to split, and spinning threads collapse under a second CPU-bound process); otherwise
+         (images, convolutional backbones) this process's share of the cores, `cores // FLSUITE_PARALLEL`, where
+         `FLSUITE_PARALLEL` is the number of processes a launcher runs side by side (the study runner sets it; 1 when
+         unset). An `OMP_NUM_THREADS` set in the environment caps the automatic count (it never raises it).
+    Inter-op threads: `inter_op` when a number; "auto" gives 1 (the suite runs no inter-op parallel work). torch
+    accepts the inter-op count only before its first parallel work, so a later different request is logged and the
+    effective count kept.
+
+    Args:
+        intra_op: torch intra-op threads (`torch.set_num_threads`): a count, or "auto".
+        inter_op: torch inter-op threads (`torch.set_num_interop_threads`): a count, or "auto".
+    """
+
+    intra_op: int | Literal["auto"] = "auto"
+    inter_op: int | Literal["auto"] = "auto"
+
+    def __post_init__(self) -> None:
+        for key in ("intra_op", "inter_op"):
+            value = getattr(self, key)
+            if value != "auto" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"threads.{key} must be a positive integer or 'auto', got {value!r}")
+
+    def resolve(self, input_shape: Sequence[int], cores: int | None = None) -> dict[str, Any]:
+        """The thread counts for a model over inputs of `input_shape` (one sample, no batch dimension), and why.
+
+        `cores`: CPUs this process may use (default: its affinity mask); a Ray worker passes its assigned CPUs.
+        """
+        family = "features" if len(input_shape) <= 1 else "images"
+        if (forced := _env_count(THREADS_ENV)) is not None:
+            intra, source = forced, THREADS_ENV
+        elif self.intra_op != "auto":
+            intra, source = self.intra_op, "config"
+        else:
+            cores = cores or available_cores()
+            parallel = _env_count(PARALLEL_ENV) or 1
+            intra = 1 if family == "features" else max(1, cores // parallel)
+            source = f"auto ({family}, {cores} cores, {parallel} parallel)"
+            if (cap := _env_count("OMP_NUM_THREADS")) is not None and cap < intra:
+                intra, source = cap, source + f", capped by OMP_NUM_THREADS={cap}"
+        inter = 1 if self.inter_op == "auto" else self.inter_op
+        return {"intra_op": intra, "inter_op": inter, "source": source}
+
+    def apply(self, input_shape: Sequence[int], cores: int | None = None) -> dict[str, Any]:
+        """Resolve and set torch's thread counts; returns (and records for `thread_counts`) the effective ones."""
+        import torch
+
+        decision = self.resolve(input_shape, cores)
+        if torch.get_num_threads() != decision["intra_op"]:
+            torch.set_num_threads(decision["intra_op"])
+        if torch.get_num_interop_threads() != decision["inter_op"]:
+            try:
+                torch.set_num_interop_threads(decision["inter_op"])
+            except RuntimeError:  # torch allows it only before its first inter-op work (e.g. a second run in-process)
+                log.info("torch inter-op threads stay %d (requested %d: already in use)", torch.get_num_interop_threads(), decision["inter_op"])
+        effective = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(), "source": decision["source"]}
+        _APPLIED.clear()
+        _APPLIED.update(effective)
+        log.info("torch threads: %d intra-op, %d inter-op (%s)", effective["intra_op"], effective["inter_op"], effective["source"])
+        return effective
+
+    def describe(self) -> dict[str, Any]:
+        """The effective counts of this process (see `thread_counts`)."""
+        return thread_counts()
+
+
+def thread_counts() -> dict[str, Any]:
+    """torch's effective thread counts in this process, and the policy decision that set them (if one did)."""
+    import torch
+
+    counts: dict[str, Any] = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    if _APPLIED and _APPLIED["intra_op"] == counts["intra_op"]:
+        counts["source"] = _APPLIED["source"]
+    return counts
