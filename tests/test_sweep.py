@@ -1,0 +1,227 @@
+"""sweeps/*.yaml are valid W&B sweeps whose keys are real flsuite options; `flsuite sweep` runs, prunes and resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from flsuite import sweep as sw
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def sample_values(spec: dict) -> list:
+    """Every grid/categorical value, the constant, or both ends of a range."""
+    if "values" in spec:
+        return list(spec["values"])
+    if "value" in spec:
+        return [spec["value"]]
+    return [spec["min"], spec["max"]]
+
+
+def dotted(cfg: dict, key: str):
+    """A dotted key of a resolved config; a list (setup stages) is entered at its last element, as jsonargparse does."""
+    node = cfg
+    for part in key.split("."):
+        node = node[-1] if isinstance(node, list) else node
+        node = node[part]
+    return node
+
+
+@pytest.fixture(scope="module")
+def fit_parser():
+    from flsuite.cli import fit_parser
+
+    return fit_parser()
+
+
+def test_there_are_sweeps_for_ggeur_and_the_baselines():
+    names = {p.stem for p in SWEEPS}
+    assert {"ggeur_eig_scale_T", "ggeur_bayes", "fedprox_mu", "moon", "feddyn_alpha", "fedopt", "scaffold_server_lr", "local_lr"} <= names
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_file_is_a_valid_wandb_sweep(path: Path):
+    cfg = sw.load_sweep(path)  # structure: method, metric {name, goal}, parameters, command with ${args}, hyperband
+    assert (ROOT / cfg["program"]).is_file() and cfg["project"] == "flsuite"
+    command = [str(c) for c in cfg["command"]]
+    assert command[:3] == ["${env}", "flsuite", "fit"] and command[-1] == "${args}"  # swept flags override the configs
+    configs = [command[i + 1] for i, c in enumerate(command) if c == "--config"]
+    assert configs and all((ROOT / c).is_file() for c in configs)
+    if cfg.get("early_terminate"):  # W&B's hyperband reads the metric's history, so it must be logged every round
+        assert sw.PER_ROUND.fullmatch(cfg["metric"]["name"])
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_every_swept_key_resolves_to_a_real_option(path: Path, fit_parser):
+    """The agent's command line (configs + `--key=value`) parses, applies each value, and names a logged metric."""
+    cfg = sw.load_sweep(path)
+    for name, spec in cfg["parameters"].items():
+        for value in sample_values(spec):
+            command = sw.expand_command(cfg, {name: value})
+            args = sw.fit_args(command)
+            assert args is not None and args[-1] == f"--{name}={value}"
+            resolved = yaml.safe_load(fit_parser.dump(sw.check_fit_args(args, fit_parser), skip_unset=False))
+            assert dotted(resolved, name) == value, f"{path.name}: --{name}={value} did not set {name}"
+    resolved = yaml.safe_load(fit_parser.dump(sw.check_fit_args(sw.fit_args(sw.expand_command(cfg, {})), fit_parser)))
+    metric = cfg["metric"]["name"]
+    assert sw.PER_ROUND.fullmatch(metric) or metric.startswith(f"last{resolved['last_k']}/"), f"{path.name}: {metric} is not logged"
+
+
+def test_args_expand_exactly_as_the_wandb_agent_does():
+    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+
+    for path in SWEEPS:
+        cfg = sw.load_sweep(path)
+        params = {k: sample_values(s)[-1] for k, s in cfg["parameters"].items()}
+        agent = create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})
+        assert sw.args_flags(params) == agent["args"]
+        assert sw.args_flags(params, hyphens=False) == agent["args_no_hyphens"]
+
+
+def test_print_config_of_one_agent_command(capsys):
+    from flsuite.cli import main
+
+    cfg = sw.load_sweep(ROOT / "sweeps" / "ggeur_eig_scale_T.yaml")
+    args = sw.fit_args(sw.expand_command(cfg, {"setup.init_args.eig_scale": "lambda", "setup.init_args.target_per_class": 250}))
+    assert main(["fit", *args, "--print_config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["setup"][0]["init_args"]["eig_scale"] == "lambda" and printed["setup"][0]["init_args"]["target_per_class"] == 250
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"method": "hyperopt"}, "method must be one of"),
+        ({"metric": {"name": "acc_mean"}}, "metric must be"),
+        ({"parameters": {"local.lr": {"values": [0.1, None]}}}, "null"),
+        ({"parameters": {"local.lr": {"min": 0.1, "max": 1.0, "distribution": "normal"}}}, "'local.lr': distribution 'normal'"),
+        ({"parameters": {"local.lr": {"min": 0.1, "max": 1.0}}}, "grid sweep needs `values`"),
+        ({"command": ["flsuite", "fit"]}, "must contain ${args}"),
+        ({"early_terminate": {"type": "hyperband", "eta": 3}}, "min_iter or max_iter"),
+        ({"paramters": {}}, "unknown top-level key"),
+    ],
+)
+def test_bad_sweep_files_are_rejected_naming_the_key(tmp_path: Path, change: dict, message: str):
+    cfg = yaml.safe_load((ROOT / "sweeps" / "local_lr.yaml").read_text())
+    cfg.update(change)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(sw.SweepError, match=message.replace("$", r"\$").replace("{", r"\{").replace("(", r"\(")):
+        sw.load_sweep(path)
+
+
+def test_mapping_to_optuna():
+    cfg = sw.load_sweep(ROOT / "sweeps" / "moon.yaml")
+    assert isinstance(sw.sampler_for(cfg, 0), optuna.samplers.RandomSampler)
+    pruner = sw.pruner_for(cfg)
+    assert isinstance(pruner, optuna.pruners.HyperbandPruner) and pruner._min_resource == 5 and pruner._reduction_factor == 3
+    assert isinstance(sw.sampler_for(sw.load_sweep(ROOT / "sweeps" / "fedopt.yaml"), 0), optuna.samplers.TPESampler)
+    grid = sw.load_sweep(ROOT / "sweeps" / "ggeur_eig_scale_T.yaml")
+    assert isinstance(sw.sampler_for(grid, 0), optuna.samplers.GridSampler) and sw.grid_size(grid) == 6
+    assert isinstance(sw.pruner_for(grid), optuna.pruners.NopPruner)
+    assert sw.per_round_key("last5/acc_mean") == "acc_mean" and sw.per_round_key("acc_std") == "acc_std"
+    assert sw.objective_value({"last/acc_mean": 3.0}, "acc_mean", Path("s")) == 3.0
+
+
+FAKE_FIT = '''
+import json, sys, time
+from pathlib import Path
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[2:] if "=" in a)
+run = Path(args["run_dir"]); run.mkdir(parents=True)
+x = float(args["x"])
+with open(run / "metrics.jsonl", "a") as f:
+    for r in range(1, 21):
+        f.write(json.dumps({"round": r, "acc_mean": x * r}) + "\\n"); f.flush(); time.sleep(0.05)
+(run / "config.yaml").write_text("x: %s\\nrun_dir: %s\\n" % (x, run))
+(run / "summary.json").write_text(json.dumps({"last5/acc_mean": x * 18}))
+'''
+
+
+def test_trials_report_per_round_values_and_a_pruned_trial_is_stopped(tmp_path: Path, monkeypatch):
+    """A fake `flsuite/cli.py fit` writing 20 rounds: values are reported per round; a pruned trial stops early."""
+    (tmp_path / "flsuite").mkdir()
+    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT)
+    file = tmp_path / "fake.yaml"
+    file.write_text(yaml.safe_dump({
+        "program": "flsuite/cli.py", "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+        "parameters": {"x": {"values": [1.0, 0.1]}},
+        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+    }))
+    monkeypatch.setattr(sw, "pruner_for", lambda cfg: optuna.pruners.ThresholdPruner(lower=1.0))  # prunes x = 0.1 at once
+    study = sw.Sweep(file, tmp_path / "out", workers=2, poll_s=0.05).run()
+    by_x = {t.params["x"]: t for t in study.trials}
+    good, pruned = by_x[1.0], by_x[0.1]
+    assert good.state.name == "COMPLETE" and good.value == 18.0
+    assert good.intermediate_values == {r: float(r) for r in range(1, 21)}
+    assert pruned.state.name == "PRUNED" and len(pruned.intermediate_values) < 20
+    assert not (Path(pruned.user_attrs["run_dir"]) / "summary.json").exists()  # its process was stopped
+    best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())
+    assert best == {"x": 1.0, "run_dir": None}
+    assert "| COMPLETE | 18 | 1 |" in (tmp_path / "out" / "trials.md").read_text()
+
+
+def completed(db: Path) -> list[int]:
+    if not db.is_file():
+        return []
+    try:
+        with sqlite3.connect(db, timeout=1) as con:
+            return [n for (n,) in con.execute("SELECT number FROM trials WHERE state = 'COMPLETE'")]
+    except sqlite3.OperationalError:  # tables not created yet, or locked
+        return []
+
+
+@pytest.mark.slow
+def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kill(tmp_path: Path, fit_parser):
+    """3 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill after the first, rerun, check."""
+    out = tmp_path / "sweep"
+    argv = ["sweeps/fedprox_mu.yaml", "--trials", "3", "--out", str(out), "--", "--rounds=1", "--local.epochs=1", "--wandb.enabled=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    proc = subprocess.Popen([sys.executable, "-m", "flsuite.cli", "sweep", *argv], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not completed(out / "study.db") and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running trial
+    proc.wait()
+    first = completed(out / "study.db")
+    assert len(first) >= 1, "no trial completed before the kill"
+    stamps = {n: (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns for n in first}
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert sw.main([*argv[:5], "--workers", "2", *argv[5:]]) == 0  # the same sweep again: resumes
+    finally:
+        os.chdir(cwd)
+    study = optuna.load_study(study_name="fedprox-mu", storage=f"sqlite:///{out / 'study.db'}")
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 3
+    assert len({t.params["method.init_args.mu"] for t in done}) == 3  # no grid point done twice
+    for n in first:  # finished trials were not redone
+        assert (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns == stamps[n]
+    for t in study.trials:
+        if t.state.name == "FAIL":  # the trial the kill interrupted, retried with the same parameters
+            assert t.user_attrs.get("interrupted")
+            assert any(r.user_attrs.get("retry_of") == t.number and r.params == t.params for r in done)
+    best = max(done, key=lambda t: t.value)
+    summary = json.loads((Path(best.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert study.best_trial.number == best.number and best.value == summary["last5/acc_mean"]
+    rerun = fit_parser.parse_args(["--config", str(out / "best.yaml")])  # `flsuite fit --config best.yaml` reruns it
+    assert rerun.run_dir is None and rerun.method.init_args.mu == best.params["method.init_args.mu"] and rerun.rounds == 1
+    table = (out / "trials.md").read_text()
+    assert f"Best: trial {best.number}" in table and table.count("| COMPLETE |") == 3
+    assert (out / "trials.csv").read_text().count("COMPLETE") == 3
+    assert (out / "plots" / "slice.png").read_bytes()[:4] == b"\x89PNG"
