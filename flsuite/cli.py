@@ -95,6 +95,8 @@ def main_parser() -> ArgumentParser:
     subcommands.add_subcommand(
         "features", fit_parser(), help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
     )
+    for name, (_, help_text) in TOOLS.items():  # listed in `flsuite --help`; `main` hands them to their own parsers
+        subcommands.add_subcommand(name, ArgumentParser(prog=f"flsuite {name}", exit_on_error=False), help=help_text)
     return parser
 
 
@@ -198,11 +200,38 @@ def interrupted_message(err: BaseException) -> str:
     )
 
 
+#: Subcommands with their own (argparse) parsers, so that `flsuite fit` flags can follow `--`: name -> (module, help).
+TOOLS = {
+    "sweep": ("flsuite.sweep", "Run a W&B sweep file offline on optuna (SQLite study, resumable): flsuite sweep sweeps/<file>.yaml."),
+    "compare": ("flsuite.compare", "Compare methods across run folders, globs or study folders (Markdown, HTML, PNG)."),
+}
+
+
+def run_tool(name: str, argv: list[str], debug: bool) -> int:
+    """Run `flsuite sweep|compare`: user errors as one paragraph (exit 2), Ctrl-C as 130 (a sweep resumes when rerun)."""
+    module = importlib.import_module(TOOLS[name][0])
+    try:
+        return int(module.main(argv) or 0)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    except KeyboardInterrupt:
+        print(f"flsuite {name}: interrupted" + ("; rerun the same command to resume the sweep" if name == "sweep" else ""), file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
+        if debug or not isinstance(err, USER_ERRORS):
+            raise
+        print(f"flsuite {name}: error: {_one_paragraph(err)}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     keep_freed_memory()
     debug = bool(os.environ.get("FLSUITE_DEBUG"))
+    tool_argv = sys.argv[1:] if argv is None else list(argv)
+    if tool_argv and tool_argv[0] in TOOLS:  # sweep / compare: their own parsers
+        return run_tool(tool_argv[0], tool_argv[1:], debug)
     parser = main_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     files = config_files(argv)
