@@ -516,6 +516,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path("runs") / "sweeps" / args.file.stem
     if args.workers < 1:
         raise SweepError("--workers must be >= 1")
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise SweepError("flsuite sweep needs optuna: pip install 'flsuite[sweep]' (or pip install optuna)") from None
     sweep = Sweep(args.file, out, workers=args.workers, seed=args.seed, extra=extra)
     sweep.run(args.trials)
     print((out / "trials.md").read_text())
