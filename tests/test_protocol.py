@@ -287,3 +287,56 @@ def test_clients_get_their_own_extras_and_a_read_only_snapshot_of_the_method(tmp
     assert method.seen == [{k: (1.0, float(k)) for k in range(4)}] * 3  # the start value of k, every round
     with pytest.raises(AttributeError, match="read-only"):
         HyperParameters(method).k = 3
+
+
+# ---- a step that asks the clients once, under the initial weights ------------------------------------------------
+class MeanLogitQuery(ClientQuery):
+    name = "mean_logit"
+
+    def compute(self, client, task, model):
+        return {"mean": model(client.train.x).mean(dim=0)}
+
+
+class AskOnceStep(ServerStep):
+    """Stores every client's mean logit under W₀ in its state when the phase starts (FedEGG's τ_k has this shape)."""
+
+    calls = 0
+
+    def init_state(self, weights, run):
+        AskOnceStep.calls += 1
+        answers = run.query(MeanLogitQuery(), weights=weights).uploads()
+        return {"means": [answers[k]["mean"] for k in sorted(answers)]}
+
+    def step(self, ctx, weights, state):
+        return ServerUpdate(weights, state)
+
+
+def test_a_step_can_query_the_clients_under_the_initial_weights_once_and_keeps_the_answer_on_resume(tmp_path):
+    import copy
+
+    AskOnceStep.calls = 0
+    TRIPPED.discard("client fit")  # armed: client 1 is interrupted in round 3
+    with pytest.raises(RunInterrupted):
+        head_federation(tmp_path, rounds=3, server_steps=[AskOnceStep()], method=ScaffoldWithInterruptedClient(), checkpoint_every=10).fit()
+    head_federation(None, rounds=3, server_steps=[AskOnceStep()], method=Scaffold()).fit(resume=tmp_path)
+    assert AskOnceStep.calls == 1  # not asked again on resume
+    state = load_checkpoint(tmp_path)
+    fed = head_federation(tmp_path / "x")
+    data = fed.data.build(fed.seed)
+    w0 = fed._initial_state(data).global_weights
+    model = fed.model.build(data.input_shape, data.num_classes)
+    model.load_state_dict(copy.deepcopy(w0))
+    with torch.no_grad():
+        expected = [model(c.train.x).mean(dim=0) for c in data.clients]
+    for got, want in zip(state.step_states[0]["means"], expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_local_learning_rate_schedule_changes_the_rate_at_its_milestones():
+    from flsuite.federation.task import LocalTraining
+
+    local = LocalTraining(lr=0.1, lr_milestones=[3, 5], lr_gamma=0.5)
+    assert [local.lr_at(r) for r in range(1, 7)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+    assert local.make_optimizer([torch.nn.Parameter(torch.zeros(1))], round=4).param_groups[0]["lr"] == 0.05
+    with pytest.raises(ValueError, match="lr_milestones must be increasing"):
+        LocalTraining(lr_milestones=[5, 3])

@@ -158,14 +158,14 @@ class Rounds(Phase):
         torch.manual_seed(derive_seed(fed.seed, purpose="model_init"))  # a phase starts like a run of its own
         model = model_spec.build(data.input_shape, data.num_classes)
         method.setup(model, len(clients))
+        ctx.use(model_spec, method)
         for step in steps:
-            step.prepare(fed.seed)
+            step.prepare(ctx)
         if not state.global_weights:  # a fresh phase
             weights = clone_weights(model.state_dict())
             state.global_weights, state.server_state = weights, method.init_server_state(weights)
             state.client_states = {k: method.init_client_state(k, weights) for k in clients}
-            state.step_states = [s.init_state(weights) for s in steps]
-        ctx.use(model_spec, method)
+            state.step_states = [s.init_state(weights, ctx) for s in steps]
         global_model = model_spec.build(data.input_shape, data.num_classes)
         global_model.load_state_dict(state.global_weights)
         desc = fed.name if not self.prefix else f"{fed.name} {self.name}"

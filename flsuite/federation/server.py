@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import lightning as L
 import torch
@@ -25,6 +25,9 @@ from flsuite.data.base import DataSource, EpochBatches, Split
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
 from flsuite.federation.weights import clone_weights
 from flsuite.seeding import derive_seed, torch_generator
+
+if TYPE_CHECKING:
+    from flsuite.federation.phases import RunContext
 
 
 @dataclass
@@ -95,10 +98,13 @@ class ServerStep(abc.ABC):
     def name(self) -> str:
         return type(self).__name__.lower()
 
-    def prepare(self, seed: int) -> None:
-        """Called once per run (and on resume) before the first round, e.g. to build server data."""
+    def prepare(self, run: RunContext) -> None:
+        """Called at the start of every `Rounds` phase that uses the step (also on resume), e.g. to build server
+        data from `run.federation.seed`."""
 
-    def init_state(self, global_weights: Weights) -> State:
+    def init_state(self, global_weights: Weights, run: RunContext) -> State:
+        """The step's state when its phase starts (checkpointed; not recomputed on resume). `run.query` may ask the
+        clients a one-shot question here (e.g. under the initial weights)."""
         return {}
 
     @abc.abstractmethod
@@ -124,8 +130,8 @@ class ServerFinetune(ServerStep):
         self.data, self.epochs, self.batch_size, self.lr, self.momentum, self.every = data, epochs, batch_size, lr, momentum, every
         self._split: Split | None = None
 
-    def prepare(self, seed: int) -> None:
-        self._split = self.data.build(seed)
+    def prepare(self, run: RunContext) -> None:
+        self._split = self.data.build(run.federation.seed)
 
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
         from flsuite.methods.base import ClientModule

@@ -30,7 +30,10 @@ class LocalTraining:
             cycled as often as needed).
         batch_size: Local mini-batch size.
         optimizer: Local optimiser: "sgd", "adam" or "adamw".
-        lr: Local learning rate.
+        lr: Local learning rate (of round 1; see `lr_milestones`).
+        lr_milestones: Rounds from which the local learning rate is multiplied by `lr_gamma` once more (a piecewise-
+            constant schedule over rounds, e.g. FedEGG's η_t); empty: constant.
+        lr_gamma: The factor applied at each milestone.
         momentum: SGD momentum (ignored by Adam/AdamW).
         weight_decay: L2 weight decay.
         drop_last: Drop the last incomplete batch of each epoch.
@@ -48,6 +51,8 @@ class LocalTraining:
     batch_size: int = 16
     optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = 0.01
+    lr_milestones: list[int] = field(default_factory=list)
+    lr_gamma: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 1e-5
     drop_last: bool = False
@@ -65,6 +70,10 @@ class LocalTraining:
             raise ValueError(f"local.batch_size must be >= 1, got {self.batch_size}")
         if self.lr <= 0:
             raise ValueError(f"local.lr must be > 0, got {self.lr}")
+        if any(m < 1 for m in self.lr_milestones) or list(self.lr_milestones) != sorted(set(self.lr_milestones)):
+            raise ValueError(f"local.lr_milestones must be increasing rounds >= 1, got {self.lr_milestones}")
+        if self.lr_gamma <= 0:
+            raise ValueError(f"local.lr_gamma must be > 0, got {self.lr_gamma}")
         if self.loop not in ("lean", "standard"):
             raise ValueError(f"local.loop must be 'lean' or 'standard', got {self.loop!r}")
         if self.precision not in ("32-true", "16-mixed", "bf16-mixed"):
@@ -72,13 +81,19 @@ class LocalTraining:
         if self.precision != "32-true" and self.loop != "standard":
             raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean loop steps the raw optimiser in 32-bit)")
 
-    def make_optimizer(self, params) -> torch.optim.Optimizer:
-        """The local optimiser over `params`."""
+    def lr_at(self, round: int) -> float:
+        """The local learning rate in `round`: lr · γ^(number of milestones ≤ round)."""
+        passed = sum(1 for m in self.lr_milestones if m <= round)
+        return self.lr * self.lr_gamma**passed if passed else self.lr
+
+    def make_optimizer(self, params, round: int = 1) -> torch.optim.Optimizer:
+        """The local optimiser over `params` for `round` (its learning rate follows the schedule)."""
+        lr = self.lr_at(round)
         if self.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+            return torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
         if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
-        return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+            return torch.optim.Adam(params, lr=lr, weight_decay=self.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
 
 
 @dataclass

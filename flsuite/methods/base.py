@@ -50,7 +50,7 @@ class ClientModule(L.LightningModule):
         return self.model(x)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.local.make_optimizer(self.model.parameters())
+        return self.local.make_optimizer(self.model.parameters(), round=self.task.round)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         return batch  # an epoch's list of batches; each batch is moved in training_step

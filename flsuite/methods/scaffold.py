@@ -59,7 +59,7 @@ class ScaffoldClient(ClientModule):
                 p.grad.add_(self._correction[n])
 
     def on_fit_end(self) -> None:
-        scale = 1.0 / (self.steps_taken() * self.local.lr)
+        scale = 1.0 / (self.steps_taken() * self.local.lr_at(self.task.round))
         delta_y, delta_c, new_c_i = {}, {}, {}
         for n, p in self.model.named_parameters():
             if n not in self._correction:
