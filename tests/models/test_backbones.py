@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+from typing import ClassVar
 
 import pytest
 import torch
@@ -217,10 +218,38 @@ def test_precision_other_than_32_needs_the_standard_loop():
         LocalTraining(loop="fast")
 
 
+class HookProbe(ClientModule):
+    """Records the method hooks in call order; `before` notes whether the gradients exist yet."""
+
+    events: ClassVar[list[str]] = []
+
+    def local_loss(self, x, y):
+        HookProbe.events.append("loss")
+        return super().local_loss(x, y)
+
+    def before_optimizer_step(self):
+        HookProbe.events.append("before" if all(p.grad is not None for p in self.model.parameters()) else "before-no-grad")
+
+    def after_optimizer_step(self):
+        HookProbe.events.append("after")
+
+
+class HookFedAvg(FedAvg):
+    client_module = HookProbe
+
+
+@pytest.mark.parametrize("loop", ["lean", "standard"])
+def test_both_loops_call_the_method_hooks_once_per_batch_in_order(tmp_path, loop):
+    HookProbe.events = []
+    local = LocalTraining(steps=3, batch_size=8, lr=0.1, loop=loop)
+    head_federation(tmp_path, data=gaussian(), model=MLP(hidden=(5,)), rounds=1, local=local, method=HookFedAvg()).fit()
+    assert HookProbe.events == ["loss", "before", "after"] * 3 * 2  # steps × clients
+
+
 class AutocastProbe(ClientModule):
     """Records, per local step, whether the loss ran under CPU autocast and in which dtype."""
 
-    seen: list[tuple[bool, torch.dtype]] = []
+    seen: ClassVar[list[tuple[bool, torch.dtype]]] = []
 
     def local_loss(self, x, y):
         AutocastProbe.seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
