@@ -1,0 +1,245 @@
+"""FedEGG (Zhai et al., "Federated Learning with Explicit Global Guidance"): a gated server-side guiding task.
+
+FedEGG is a `ServerStep`, so "X + FedEGG" is any method X followed by this step (`server_steps:`), X's own state
+untouched (spec A11). FedAvg + FedEGG uses `FedAvg(weighting: uniform)`, the paper's Eq. 5.
+
+Phase 1, once, when the phase starts (`init_state`, under the initial weights W₀; checkpointed, never re-asked):
+    F = mean_{x∈D^g} f^l(W₀; x)                          the server's guiding-set mean feature (broadcast)
+    τ_k = log₂ cos(mean_{x∈D_k} f^l(W₀; x), F)           (Eq. 2; a client query, its bytes counted)
+    τ = ρ · (1/N) Σ_k τ_k + ι                            (Eq. 3; ρ = 2, ι = −0.5)
+    or the Remark-3.8 form τ = log₂(ρ · cos(mean_k mean-feature_k, F) + ι), or a fixed τ.
+    L^g ← L(W₀, D^g) with the fresh guiding head (A4).
+Every round, after X's aggregation W̄_t (Alg. 1 phase 2):
+    L^c ← β L^c + (1 − β) (1/m) Σ_{k∈S} L_k              (Eq. 6; L^c starts at the first round's mean, A4)
+    if log₂(L^c / L^g) < τ:                              (Eq. 8, re-checked every round; `latch` stops for good, A12)
+        T_g times: W̄_t ← W̄_t − γ_t ∇F(W̄_t, ξ^g)         (Eq. 7; ξ^g a mini-batch of D^g, γ_t = η_t, A8)
+        L^g ← L(W̄_t, D^g)                                 (refreshed only when guiding ran)
+    W_t ← W̄_t
+
+Decisions (spec rows): the guiding task trains the shared trunk `features` and its own Linear head, held in this
+step's state, server-only, never averaged; the FL head is untouched by Eq. 7 (A1). f^l = `model.features(x)`, the
+last hidden layer (post-ReLU for the suite's MLP/CNN heads), cos clamped to ≥ 1e-8 before log₂ (A2); log₂ everywhere
+(A5). L_k = the client's mean mini-batch loss of the round (A9); L^g on D^g or a fixed seeded subset of `eval_size`.
+Guiding steps are plain SGD (no momentum or weight decay, Eq. 7) at γ_t = `lr_scale` · `local.lr_at(t)`;
+`lr_scale: 0` (γ = 0) skips the steps, so the run is FedAvg's (Remark 3.9), as it is with `tau: -inf`.
+The paper's features come from the pre-trained W₀; here W₀ is the run's initial model (on frozen-encoder
+features, the encoder is the pre-trained part).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flsuite.data.base import ClientData, EpochBatches, Split
+from flsuite.federation.query import ClientQuery, QueryTask
+from flsuite.federation.server import (
+    PublicData,
+    ServerContext,
+    ServerStep,
+    ServerUpdate,
+)
+from flsuite.federation.task import ClientTask, LocalTraining, State, Weights
+from flsuite.federation.weights import clone_weights
+from flsuite.methods.base import ClientModule
+from flsuite.seeding import numpy_rng, torch_generator
+
+if TYPE_CHECKING:
+    from flsuite.federation.phases import RunContext
+
+CHUNK = 1024  # rows per forward pass when averaging features or losses
+
+
+def mean_feature(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """mean_x f^l(W; x) in float64, computed in chunks (the model's `features`)."""
+    model.eval()
+    with torch.no_grad():
+        total = sum(model.features(part).to(torch.float64).sum(0) for part in x.split(CHUNK))
+    return total / len(x)
+
+
+def log2_cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    """log₂ cos(a, b), cos clamped to ≥ 1e-8 (A2)."""
+    cos = F.cosine_similarity(a.to(torch.float64), b.to(torch.float64), dim=0)
+    return math.log2(max(float(cos), 1e-8))
+
+
+def threshold(tau_k: list[float], rho: float, iota: float) -> float:
+    """Eq. 3: τ = ρ · mean_k τ_k + ι."""
+    return rho * sum(tau_k) / len(tau_k) + iota
+
+
+def llr(loss_c: float, loss_g: float) -> float:
+    """The log-loss ratio log₂(L^c / L^g) of Eq. 8."""
+    return math.log2(loss_c / loss_g)
+
+
+def gate_open(loss_c: float, loss_g: float, tau: float) -> bool:
+    """Eq. 8: guide iff log₂(L^c / L^g) < τ."""
+    return llr(loss_c, loss_g) < tau
+
+
+def momentum_loss(previous: float | None, round_losses: list[float], beta: float) -> float:
+    """Eq. 6: L^c ← β L^c + (1 − β) mean_k L_k; the first round starts L^c at the mean (no zero bias, A4)."""
+    mean = sum(round_losses) / len(round_losses)
+    return mean if previous is None else beta * previous + (1 - beta) * mean
+
+
+class TauQuery(ClientQuery):
+    """Eq. 2 on the client under W₀: uploads τ_k (form "eq3") or its mean feature (form "remark")."""
+
+    name = "fedegg/tau"
+
+    def __init__(self, form: Literal["eq3", "remark"] = "eq3") -> None:
+        self.form = form
+
+    def compute(self, client: ClientData, task: QueryTask, model: nn.Module | None) -> dict:
+        assert model is not None, "the τ query needs the initial weights"
+        mean = mean_feature(model, client.train.x)
+        if self.form == "remark":
+            return {"mean_feature": mean.to(torch.float32)}
+        return {"tau_k": torch.tensor(log2_cos(mean, task.broadcast["guide_mean"]), dtype=torch.float64)}
+
+
+class Guided(nn.Module):
+    """The shared trunk with the guiding head: head_g(features(x)); the FL head is not in the graph."""
+
+    def __init__(self, model: nn.Module, head: nn.Linear) -> None:
+        super().__init__()
+        self.model, self.head = model, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.model.features(x))
+
+
+class FedEGG(ServerStep):
+    """FedEGG's gated guiding step (see the module docstring).
+
+    Args:
+        data: The guiding set D^g (a server-side data config, e.g. `flsuite.data.guiding.GuidingSet`).
+        tau: A fixed threshold τ (e.g. for a sweep; `-.inf` never guides); null: computed in Phase 1 (`tau_form`).
+        tau_form: "eq3" (Eq. 3, the algorithm box; A3) or "remark" (Remark 3.8's log₂(ρ·cos + ι), needs ρ·cos + ι > 0).
+        rho: ρ of Eq. 3.
+        iota: ι of Eq. 3.
+        beta: Loss momentum β of Eq. 6 (paper silent; 0.9, A4).
+        steps: Guiding steps T_g per round.
+        batch_size: Guiding mini-batch size.
+        lr_scale: γ_t = lr_scale · η_t (1: the paper's γ = η; 0 disables guiding, Remark 3.9).
+        latch: Stop guiding for good the first time the gate closes (A12); default: re-check every round (Alg. 1).
+        eval_size: L^g on at most this many guiding samples (a fixed seeded subset; null: all of D^g, A9).
+        num_classes: Guiding classes (the guiding head's outputs); null: max label + 1.
+    """
+
+    def __init__(
+        self,
+        data: PublicData,
+        tau: float | None = None,
+        tau_form: Literal["eq3", "remark"] = "eq3",
+        rho: float = 2.0,
+        iota: float = -0.5,
+        beta: float = 0.9,
+        steps: int = 1,
+        batch_size: int = 64,
+        lr_scale: float = 1.0,
+        latch: bool = False,
+        eval_size: int | None = 2000,
+        num_classes: int | None = None,
+    ) -> None:
+        if tau_form not in ("eq3", "remark"):
+            raise ValueError(f"FedEGG tau_form must be 'eq3' or 'remark', got {tau_form!r}")
+        if not 0 <= beta < 1 or steps < 1 or batch_size < 1 or lr_scale < 0 or (eval_size is not None and eval_size < 1):
+            raise ValueError("FedEGG needs 0 <= beta < 1, steps >= 1, batch_size >= 1, lr_scale >= 0 and eval_size >= 1 or null")
+        self.data, self.tau, self.tau_form, self.rho, self.iota, self.beta = data, tau, tau_form, rho, iota, beta
+        self.steps, self.batch_size, self.lr_scale, self.latch = steps, batch_size, lr_scale, latch
+        self.eval_size, self.num_classes = eval_size, num_classes
+        self._split: Split | None = None
+        self._eval: Split | None = None
+        self._local: LocalTraining | None = None
+
+    def prepare(self, run: RunContext) -> None:
+        seed = run.federation.seed
+        self._split = self.data.build(seed)
+        if len(self._split) == 0:
+            raise ValueError("FedEGG: the guiding set (data) is empty")
+        n = len(self._split)
+        keep = n if self.eval_size is None else min(n, self.eval_size)
+        rows = torch.from_numpy(numpy_rng(seed, purpose="fedegg/eval").choice(n, keep, replace=False)).sort().values
+        self._eval = self._split if keep == n else self._split.subset(rows)
+        self._local = run.federation.local
+
+    # ---- Phase 1 ---------------------------------------------------------------------------------------------
+    def init_state(self, global_weights: Weights, run: RunContext) -> State:
+        assert self._split is not None and self._eval is not None
+        fed = run.federation
+        model = fed.model.build(run.data.input_shape, run.data.num_classes)
+        model.load_state_dict(global_weights)
+        guide_mean = mean_feature(model, self._split.x)
+        head = self._new_head(guide_mean.numel(), fed.seed)
+        state: State = {"head": clone_weights(head.state_dict()), "loss_c": None, "rounds_guided": 0, "stopped": False}
+        if self.tau is not None:
+            state["tau"] = float(self.tau)
+        elif self.tau_form == "eq3":
+            uploads = run.query(TauQuery("eq3"), broadcast={"guide_mean": guide_mean.to(torch.float32)}, weights=global_weights).uploads()
+            state["tau_k"] = [float(uploads[k]["tau_k"]) for k in sorted(uploads)]
+            state["tau"] = threshold(state["tau_k"], self.rho, self.iota)
+        else:
+            uploads = run.query(TauQuery("remark"), weights=global_weights).uploads()
+            client_mean = torch.stack([uploads[k]["mean_feature"].to(torch.float64) for k in sorted(uploads)]).mean(0)
+            inner = self.rho * 2 ** log2_cos(client_mean, guide_mean) + self.iota
+            if inner <= 0:
+                raise ValueError(f"FedEGG tau_form 'remark': rho * cos + iota = {inner:.4g} <= 0, its log is undefined; use tau_form 'eq3' or a fixed tau")
+            state["tau"] = math.log2(inner)
+        state["loss_g"] = self._guiding_loss(model, head)
+        return state
+
+    def _new_head(self, width: int, seed: int) -> nn.Linear:
+        """The guiding head: nn.Linear's default uniform(±1/√width) initialisation, drawn from its own seeded stream."""
+        classes = self.num_classes or int(self._split.y.max()) + 1  # type: ignore[union-attr]
+        head = torch.nn.utils.skip_init(nn.Linear, width, classes)
+        gen, bound = torch_generator(seed, purpose="server/fedegg/head"), 1.0 / math.sqrt(width)
+        with torch.no_grad():
+            for p in head.parameters():
+                p.copy_(torch.rand(p.shape, generator=gen) * 2 * bound - bound)
+        return head
+
+    def _guiding_loss(self, model: nn.Module, head: nn.Linear) -> float:
+        """L^g = mean cross-entropy of the guiding head on the evaluation rows of D^g."""
+        assert self._eval is not None
+        guided = Guided(model, head).eval()
+        with torch.no_grad():
+            total = sum(F.cross_entropy(guided(x), y, reduction="sum").double() for x, y in zip(self._eval.x.split(CHUNK), self._eval.y.split(CHUNK)))
+        return float(total) / len(self._eval)
+
+    # ---- Phase 2 ---------------------------------------------------------------------------------------------
+    def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
+        assert self._split is not None and self._local is not None, "FedEGG.prepare was not called"
+        loss_c = momentum_loss(state["loss_c"], [r.train_loss for r in ctx.results], self.beta)
+        loss_g, tau = float(state["loss_g"]), float(state["tau"])
+        ratio = llr(loss_c, loss_g)
+        guide = ratio < tau and not state["stopped"]
+        gamma = self.lr_scale * self._local.lr_at(ctx.round)
+        new = {**state, "loss_c": loss_c, "stopped": bool(state["stopped"] or (self.latch and not guide))}
+        if guide:
+            model = ctx.model(weights)
+            head = torch.nn.utils.skip_init(nn.Linear, *reversed(state["head"]["weight"].shape))  # no global-RNG draw
+            head.load_state_dict(state["head"])
+            if gamma > 0:
+                self._fit(ctx, Guided(model, head), gamma)
+                weights = clone_weights(model.state_dict())
+                new["head"] = clone_weights(head.state_dict())
+            new["loss_g"] = self._guiding_loss(model, head)
+            new["rounds_guided"] = int(state["rounds_guided"]) + 1
+        metrics = {"tau": tau, "loss_c": loss_c, "loss_g": float(new["loss_g"]), "llr": ratio, "gate": int(guide), "lr": gamma}
+        return ServerUpdate(weights, new, metrics)
+
+    def _fit(self, ctx: ServerContext, guided: Guided, gamma: float) -> None:
+        """T_g plain-SGD steps of Eq. 7 at γ_t, as a seeded server-side Lightning fit."""
+        local = LocalTraining(steps=self.steps, batch_size=self.batch_size, lr=gamma, momentum=0.0, weight_decay=0.0, accelerator=ctx.accelerator)
+        module = ClientModule(guided, None, local, ClientTask(ctx.round, -1, ctx.seed_for(self.name), {}))  # type: ignore[arg-type]
+        batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), steps=self.steps)  # type: ignore[arg-type]
+        ctx.fit(module, batches, purpose=self.name)
+        guided.cpu()

@@ -1,0 +1,193 @@
+"""FedEGG: Remark 3.9 (no guidance = FedAvg, and X + FedEGG without guidance = X), the LLR gate, Eq. 6's momentum,
+L^g refreshed only when guiding ran, τ (Eqs. 2-3) rising with the clients' cosine similarity, bytes, serial == Ray."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from flsuite.data.builtin import GaussianFeatures
+from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.server import PublicData
+from flsuite.federation.task import LocalTraining
+from flsuite.federation.weights import num_bytes
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fedegg import (
+    FedEGG,
+    gate_open,
+    llr,
+    log2_cos,
+    mean_feature,
+    momentum_loss,
+    threshold,
+)
+from flsuite.methods.scaffold import Scaffold
+from flsuite.models.heads import MLP
+from tests.helpers import head_federation
+from tests.methods.test_baselines import Recording
+
+SGD = LocalTraining(epochs=1, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
+
+
+def fed(run_dir, **overrides):
+    """4 clients, an MLP (post-ReLU features), plain SGD, FedAvg with Eq. 5's uniform weights."""
+    kwargs = {"model": MLP(hidden=(16,)), "local": SGD, "method": FedAvg(weighting="uniform"), "rounds": 4}
+    kwargs.update(overrides)
+    return head_federation(run_dir, **kwargs)
+
+
+def guiding(**kw) -> PublicData:
+    """A related guiding set: the federation's own class means (same dim, classes and seed), its own samples."""
+    return PublicData(GaussianFeatures(**{"dim": 8, "num_classes": 3, "num_domains": 1, "clients_per_domain": 1, "samples_per_client": 90, **kw}))
+
+
+def records(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def strip(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("server/fedegg/")} for r in history]
+
+
+def same_weights(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def fedavg_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("fedavg")
+    fed(run_dir).fit()
+    return run_dir
+
+
+# ---- Remark 3.9: no guidance is FedAvg -------------------------------------------------------------------------
+@pytest.mark.parametrize("off", [{"tau": 10.0, "lr_scale": 0.0}, {"tau": -math.inf}], ids=["gamma0", "tau-inf"])
+def test_without_guidance_the_run_is_fedavg_bit_for_bit(tmp_path, fedavg_run, off):
+    fed(tmp_path / "off", server_steps=[FedEGG(guiding(), **off)]).fit()
+    ours = records(tmp_path / "off")
+    assert strip(ours) == records(fedavg_run)  # every metric but FedEGG's own log, to the last bit
+    assert same_weights(load_checkpoint(tmp_path / "off").global_weights, load_checkpoint(fedavg_run).global_weights)
+    assert [r["server/fedegg/gate"] for r in ours] == ([1] * 4 if "lr_scale" in off else [0] * 4)
+    # the same step with γ = η guides and changes the model
+    fed(tmp_path / "on", server_steps=[FedEGG(guiding(), tau=10.0)]).fit()
+    assert not torch.allclose(load_checkpoint(tmp_path / "on").global_weights["1.weight"], load_checkpoint(fedavg_run).global_weights["1.weight"], atol=1e-4)
+
+
+def test_scaffold_plus_fedegg_without_guidance_is_scaffold(tmp_path):
+    fed(tmp_path / "s", method=Scaffold()).fit()
+    fed(tmp_path / "sg", method=Scaffold(), server_steps=[FedEGG(guiding(), tau=-math.inf)]).fit()
+    assert strip(records(tmp_path / "sg")) == records(tmp_path / "s")
+    a, b = load_checkpoint(tmp_path / "s"), load_checkpoint(tmp_path / "sg")
+    assert same_weights(a.global_weights, b.global_weights) and same_weights(a.server_state["c"], b.server_state["c"])
+    for k in a.client_states:
+        assert same_weights(a.client_states[k]["c_i"], b.client_states[k]["c_i"])
+    # guiding on: the broadcast model changes, SCAFFOLD's control variates stay SCAFFOLD's (computed by its clients)
+    fed(tmp_path / "on", method=Scaffold(), server_steps=[FedEGG(guiding(), tau=10.0)]).fit()
+    assert not same_weights(load_checkpoint(tmp_path / "on").global_weights, a.global_weights)
+
+
+# ---- the gate, Eq. 6 and L^g -----------------------------------------------------------------------------------
+def test_the_gate_opens_iff_the_log_loss_ratio_is_below_tau():
+    assert llr(1.0, 2.0) == -1.0
+    assert not gate_open(1.0, 2.0, tau=-1.0)  # equal: closed (strict <)
+    assert gate_open(1.0, 2.0, tau=-0.999)
+    assert not gate_open(1.0, 2.0, tau=-1.001)
+    assert gate_open(1.0, 8.0, tau=-2.5) and not gate_open(1.0, 4.0, tau=-2.5)  # L^g > L^c · 2^(−τ) ⇔ guide
+    assert not gate_open(5.0, 1.0, tau=-math.inf)
+
+
+def test_eq6_momentum_on_a_hand_example():
+    assert momentum_loss(None, [2.0, 4.0], beta=0.9) == 3.0  # first round: the mean (A4)
+    assert momentum_loss(3.0, [1.0, 2.0], beta=0.9) == pytest.approx(0.9 * 3.0 + 0.1 * 1.5, abs=1e-15)
+    assert momentum_loss(3.0, [1.0, 2.0], beta=0.0) == 1.5
+
+
+def test_loss_c_follows_eq6_from_the_clients_losses_and_the_gate_follows_eq8_every_round(tmp_path):
+    rec = Recording()
+    beta = 0.5
+    fed(tmp_path, rounds=6, executor=rec, server_steps=[FedEGG(guiding(), beta=beta, tau=-0.5)]).fit()
+    hist = records(tmp_path)
+    expected, prev = [], None
+    for rnd in range(1, 7):
+        results = rec.results[4 * (rnd - 1) : 4 * rnd]
+        assert sorted(r.client_id for r in results) == sorted(hist[rnd - 1]["clients"])
+        prev = momentum_loss(prev, [r.train_loss for r in results], beta)
+        expected.append(prev)
+    assert [r["server/fedegg/loss_c"] for r in hist] == pytest.approx(expected, rel=1e-12)
+    for r in hist:
+        assert r["server/fedegg/llr"] == pytest.approx(math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r)), rel=1e-12)
+        assert r["server/fedegg/gate"] == int(r["server/fedegg/llr"] < r["server/fedegg/tau"])
+
+
+def prev_loss_g(hist: list[dict], record: dict) -> float:
+    """L^g before this round's step: the previous record's (round 1: L(W₀, D^g), read back from the gate)."""
+    i = hist.index(record)
+    return hist[i - 1]["server/fedegg/loss_g"] if i else record["server/fedegg/loss_c"] / 2 ** record["server/fedegg/llr"]
+
+
+def test_loss_g_changes_only_in_rounds_where_guiding_ran_and_a_latch_stops_for_good(tmp_path):
+    fed(tmp_path / "a", rounds=10, server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
+    hist = records(tmp_path / "a")
+    gates = [r["server/fedegg/gate"] for r in hist]
+    assert 0 < sum(gates) < len(gates), gates  # both kinds of rounds occur (the gate re-opens as L^c falls)
+    loss_g = [prev_loss_g(hist, hist[0])] + [r["server/fedegg/loss_g"] for r in hist]
+    for i, gate in enumerate(gates):
+        assert (loss_g[i + 1] != loss_g[i]) == bool(gate), (i, gates)
+    state = load_checkpoint(tmp_path / "a").step_states[0]
+    assert state["rounds_guided"] == sum(gates)
+    fed(tmp_path / "latch", rounds=10, server_steps=[FedEGG(guiding(), tau=-0.3, latch=True)]).fit()
+    latched = [r["server/fedegg/gate"] for r in records(tmp_path / "latch")]
+    first_closed = latched.index(0)
+    assert latched == [1] * first_closed + [0] * (10 - first_closed)
+
+
+# ---- τ (Eqs. 2-3) ------------------------------------------------------------------------------------------------
+def test_tau_is_eq3_of_the_clients_log_cosines_under_w0_and_its_bytes_are_counted(tmp_path):
+    f = fed(tmp_path, rounds=1, server_steps=[FedEGG(guiding())])
+    summary = f.fit()
+    state = load_checkpoint(tmp_path).step_states[0]
+    data = f.data.build(f.seed)
+    model = f.model.build(data.input_shape, data.num_classes)
+    model.load_state_dict(copy.deepcopy(f._initial_state(data).global_weights))
+    g = mean_feature(model, guiding().build(f.seed).x).to(torch.float32)  # F travels in float32
+    tau_k = [log2_cos(mean_feature(model, c.train.x), g) for c in data.clients]
+    assert state["tau_k"] == pytest.approx(tau_k, abs=1e-12)
+    assert state["tau"] == pytest.approx(2 * sum(tau_k) / 4 - 0.5, abs=1e-12) == pytest.approx(threshold(tau_k, 2.0, -0.5))
+    assert summary["query/fedegg/tau/bytes_up"] == 4 * 8  # one float64 τ_k per client
+    assert summary["query/fedegg/tau/bytes_down"] == 4 * (16 * 4 + num_bytes(f._initial_state(data).global_weights))  # F and W₀
+
+
+def test_tau_increases_with_the_clients_cosine_similarity(tmp_path):
+    taus = []
+    for k, shift in enumerate([0.0, 3.0, 10.0]):  # the guiding set moves away from the clients' data
+        fed(tmp_path / str(k), rounds=1, server_steps=[FedEGG(guiding(domain_shift=1.0 + shift))]).fit()
+        taus.append(load_checkpoint(tmp_path / str(k)).step_states[0]["tau"])
+    assert taus[0] > taus[1] > taus[2], taus
+    assert threshold([-0.1, -0.2], 2, -0.5) > threshold([-0.3, -0.2], 2, -0.5)
+
+
+def test_remark_form_and_its_undefined_case(tmp_path):
+    fed(tmp_path / "r", rounds=1, server_steps=[FedEGG(guiding(), tau_form="remark")]).fit()
+    tau = load_checkpoint(tmp_path / "r").step_states[0]["tau"]
+    assert tau <= math.log2(1.5)  # log₂(2·cos − 0.5) with cos ≤ 1
+    with pytest.raises(ValueError, match="rho \\* cos \\+ iota"):
+        fed(tmp_path / "bad", rounds=1, server_steps=[FedEGG(guiding(), tau_form="remark", iota=-5.0)]).fit()
+
+
+# ---- serial == Ray -----------------------------------------------------------------------------------------------
+def test_serial_and_ray_runs_are_identical(tmp_path):
+    ray = pytest.importorskip("ray")
+    from flsuite.federation.ray_executor import RayExecutor
+
+    fed(tmp_path / "serial", server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        fed(tmp_path / "ray", executor=RayExecutor(num_workers=2), server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
+    finally:
+        ray.shutdown()
+    assert (tmp_path / "ray" / "metrics.jsonl").read_bytes() == (tmp_path / "serial" / "metrics.jsonl").read_bytes()
+    assert 0 < sum(r["server/fedegg/gate"] for r in records(tmp_path / "serial")) < 4
