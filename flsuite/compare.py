@@ -8,7 +8,8 @@ Decisions:
 - A run folder is a folder holding `summary.json` (finished runs; unfinished ones are listed as skipped). Runs are
   grouped by their parent folder: `runs/<name>/<time>-seed<k>` (plain `flsuite fit`) groups by experiment name,
   `runs/<study>/<variant>/seed<k>` (experiments/study.py) by variant. The group's label is the parent's name (or its
-  path below the runs' common folder when two parents share a name). Callers (study.py) may pass labels instead.
+  path below the runs' common folder when two parents share a name). `--by KEY...` groups by config values instead
+  (e.g. a sweep's trials by the swept option). Callers (study.py) may pass labelled groups directly.
 - Final numbers come from each run's `summary.json` with the prefix it was written with (`last{k}/`, k = the run's
   `last_k`); a group whose runs used different k is an error. Per domain, AVG (mean over domains), STD (population
   std across domains of the last-k mean accuracies, GGEUR) and STD (n-1) (sample std, FKPL) are shown as
@@ -118,6 +119,32 @@ def group_by_parent(runs: Sequence[Path]) -> dict[str, list[Path]]:
     groups: dict[str, list[Path]] = {}
     for r in sorted(runs):
         groups.setdefault(label[Path(r).parent], []).append(Path(r))
+    return groups
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """A dotted key of a resolved config (`method.init_args.mu`); a list (setup stages) is entered at its last item."""
+    node: Any = config
+    for part in key.split("."):
+        node = node[-1] if isinstance(node, list) and node else node
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def group_by_config(runs: Sequence[Path], keys: Sequence[str]) -> dict[str, list[Path]]:
+    """Group run folders by the values of config keys (from each run's config.yaml), e.g. a sweep's trials by the
+    swept option; labelled `key=value, ...` with the last dotted part of each key."""
+    groups: dict[str, list[Path]] = {}
+    for r in sorted(runs):
+        config_file = Path(r) / "config.yaml"
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+        try:
+            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_value(config or {}, k)}" for k in keys)
+        except KeyError as err:
+            raise KeyError(f"{config_file}: no config key {err.args[0]!r} to group by") from None
+        groups.setdefault(label, []).append(Path(r))
     return groups
 
 
@@ -339,13 +366,15 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="write compare.md, compare.html and convergence.png into this folder")
     ap.add_argument("--target", type=float, help="report the first round whose acc_mean reaches this accuracy (%%)")
     ap.add_argument("--title", default="Method comparison")
+    ap.add_argument("--by", nargs="+", metavar="KEY", help="group by these config keys instead of the parent folder (e.g. a sweep's swept option)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     runs, skipped = find_runs(args.runs)
-    comparison = compare(group_by_parent(runs), args.target, skipped)
+    groups = group_by_config(runs, args.by) if args.by else group_by_parent(runs)
+    comparison = compare(groups, args.target, skipped)
     if args.out:
         files = write_report(comparison, args.out, args.title)
         print(files["markdown"].read_text())

@@ -142,3 +142,20 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
         sys.argv = argv
     out = capsys.readouterr().out
     assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in out
+
+
+def test_group_by_config_keys(tmp_path: Path, capsys):
+    for n, (mu, accs) in enumerate([(0.1, [50, 70]), (0.01, [60, 60]), (0.1, [70, 90])]):
+        run = make_run(tmp_path / "trials" / f"{n:04d}", [{"x": accs[0], "y": accs[1]}], 1)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config.update({"method": {"init_args": {"mu": mu}}, "setup": [{"init_args": {"top_k": 8}}]})
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    runs, _ = find_runs([tmp_path / "trials"])
+    assert main([str(tmp_path / "trials"), "--by", "method.init_args.mu", "setup.init_args.top_k"]) == 0
+    out = capsys.readouterr().out
+    assert "| mu=0.01, top_k=8 | 60.00 | 60.00 | 60.00 | 0.00 | 0.00 | 1 |" in out
+    assert "| mu=0.1, top_k=8 | 60.00 ± 10.00 | 80.00 ± 10.00 | 70.00 ± 10.00 | 10.00 ± 0.00 | 14.14 ± 0.00 | 2 |" in out
+    from flsuite.compare import group_by_config
+
+    with pytest.raises(KeyError, match="no config key 'method.init_args.nope'"):
+        group_by_config(runs, ["method.init_args.nope"])
