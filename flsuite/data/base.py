@@ -130,13 +130,13 @@ class EpochBatches:
         return 1
 
     def _one_pass(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One shuffled pass: a single gather of the split in the epoch's order, then contiguous views of it (one
+        allocation per epoch instead of one per batch; the same values as indexing each batch)."""
         n = len(self.split)
         order = torch.randperm(n, generator=self.generator)
         stop = n - n % self.batch_size if (self.drop_last and n >= self.batch_size) else n
-        return [
-            (self.split.x[idx], self.split.y[idx])
-            for idx in (order[i : i + self.batch_size] for i in range(0, stop, self.batch_size))
-        ]
+        order = order[:stop]
+        return list(zip(self.split.x[order].split(self.batch_size), self.split.y[order].split(self.batch_size)))
 
     def epoch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The batches of the next epoch (or the `steps` batches)."""
