@@ -42,8 +42,12 @@ def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[
     return cmd + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false", *extra]
 
 
-def run(cmd: list[str], log: Path) -> int:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+def run(cmd: list[str], log: Path, parallel: int = 1) -> int:
+    """Run `cmd` with its output in `log`. `parallel`: how many such processes run side by side; it goes to the run
+    as FLSUITE_PARALLEL, so the thread policy (flsuite.runtime.ThreadPolicy) gives each its share of the cores
+    instead of every run spinning threads on all of them. An OMP_NUM_THREADS or FLSUITE_THREADS of the caller passes
+    through unchanged."""
+    env = {**os.environ, "FLSUITE_PARALLEL": str(parallel), "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
@@ -90,7 +94,7 @@ def main() -> None:
         run_dir = runs / slug(label) / f"seed{seed}"
         if (run_dir / "summary.json").is_file():  # finished meanwhile (e.g. by another study of the same name)
             return label, seed, 0
-        code = run(fit_command(args.base, overlay, seed, run_dir, extra), runs / slug(label) / f"seed{seed}.log")
+        code = run(fit_command(args.base, overlay, seed, run_dir, extra), runs / slug(label) / f"seed{seed}.log", parallel=args.workers)
         print(f"{label} seed {seed}: exit {code}", flush=True)
         return label, seed, code
 
