@@ -1,0 +1,196 @@
+"""The thread policy: its decisions (config, environment override, division of cores among parallel processes), what
+a run applies and records, and a study with two workers giving each run one thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from flsuite.runtime import PARALLEL_ENV, THREADS_ENV, ThreadPolicy, thread_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+FEATURES, IMAGES = (1280,), (3, 32, 32)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """No thread settings from the caller's environment, and torch's count restored after each test."""
+    for name in (THREADS_ENV, PARALLEL_ENV, "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_auto_gives_heads_on_features_one_thread_and_image_models_the_cores():
+    auto = ThreadPolicy()
+    assert auto.resolve(FEATURES, cores=8)["intra_op"] == 1
+    assert auto.resolve(FEATURES, cores=1)["intra_op"] == 1
+    assert auto.resolve(IMAGES, cores=8)["intra_op"] == 8
+    assert auto.resolve(IMAGES, cores=8)["source"] == "auto (images, 8 cores, 1 parallel)"
+    assert auto.resolve(IMAGES, cores=8)["inter_op"] == 1
+
+
+@pytest.mark.parametrize(("parallel", "expected"), [("1", 8), ("2", 4), ("3", 2), ("8", 1), ("16", 1)])
+def test_auto_divides_the_cores_among_parallel_processes(monkeypatch, parallel, expected):
+    monkeypatch.setenv(PARALLEL_ENV, parallel)
+    assert ThreadPolicy().resolve(IMAGES, cores=8)["intra_op"] == expected
+    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 1
+
+
+def test_auto_uses_the_process_affinity_by_default():
+    cores = len(os.sched_getaffinity(0))
+    assert ThreadPolicy().resolve(IMAGES)["intra_op"] == cores
+
+
+def test_config_count_is_used_as_is():
+    assert ThreadPolicy(intra_op=3).resolve(FEATURES, cores=2) == {"intra_op": 3, "inter_op": 1, "source": "config"}
+    assert ThreadPolicy(intra_op=1, inter_op=2).resolve(IMAGES, cores=8)["inter_op"] == 2
+
+
+def test_environment_variable_overrides_config_and_auto(monkeypatch):
+    monkeypatch.setenv(THREADS_ENV, "2")
+    monkeypatch.setenv(PARALLEL_ENV, "4")
+    assert ThreadPolicy(intra_op=5).resolve(IMAGES, cores=8) == {"intra_op": 2, "inter_op": 1, "source": THREADS_ENV}
+    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 2
+
+
+def test_omp_num_threads_caps_auto_but_never_raises_it_or_a_configured_count(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    capped = ThreadPolicy().resolve(IMAGES, cores=8)
+    assert capped["intra_op"] == 2 and "OMP_NUM_THREADS=2" in capped["source"]
+    assert ThreadPolicy(intra_op=4).resolve(IMAGES, cores=8)["intra_op"] == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")
+    assert ThreadPolicy().resolve(IMAGES, cores=8)["intra_op"] == 8
+    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 1
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", 1.5, True])
+def test_bad_config_is_named(value):
+    with pytest.raises(ValueError, match="threads.intra_op"):
+        ThreadPolicy(intra_op=value)
+
+
+@pytest.mark.parametrize("name", [THREADS_ENV, PARALLEL_ENV])
+def test_bad_environment_value_is_named(monkeypatch, name):
+    monkeypatch.setenv(name, "zero")
+    with pytest.raises(ValueError, match=name):
+        ThreadPolicy().resolve(IMAGES, cores=2)
+
+
+def test_apply_sets_torch_and_reports_the_effective_counts():
+    torch.set_num_threads(2)
+    applied = ThreadPolicy().apply(FEATURES)
+    assert torch.get_num_threads() == 1
+    assert applied["intra_op"] == 1 and applied["source"].startswith("auto (features")
+    assert thread_counts() == applied == ThreadPolicy().describe()
+    torch.set_num_threads(2)  # changed behind the policy's back: reported, without the stale reason
+    assert thread_counts() == {"intra_op": 2, "inter_op": torch.get_num_interop_threads()}
+
+
+def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
+    from flsuite.cli import main
+
+    torch.set_num_threads(2)
+    cfg = {
+        "rounds": 1, "seed": 0, "progress": False, "wandb": {"enabled": False}, "run_dir": str(tmp_path / "run"),
+        "data": {"class_path": "flsuite.data.builtin.GaussianFeatures", "init_args": {"dim": 8, "samples_per_client": 32}},
+        "model": {"class_path": "flsuite.models.heads.Linear"},
+        "threads": {"intra_op": 3},
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["fit", "--config", str(tmp_path / "run.yaml")]) == 0
+    assert torch.get_num_threads() == 3
+    recorded = json.loads((tmp_path / "run" / "environment.json").read_text())["threads"]
+    assert recorded["intra_op"] == 3 and recorded["source"] == "config"
+
+
+def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
+    """An image model (auto: all cores when alone) in a study run two at a time on two cores: one thread each."""
+    cpus = set(sorted(os.sched_getaffinity(0))[:2])
+    cfg = {
+        "name": "threads", "rounds": 1,
+        "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean"], "clients_per_domain": 1}},
+        "model": {"class_path": "flsuite.models.heads.SmallCNN", "init_args": {"channels": [4], "hidden": 8}},
+        "local": {"epochs": 1, "batch_size": 64},
+    }
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in (THREADS_ENV, PARALLEL_ENV, "OMP_NUM_THREADS")}
+    cmd = [sys.executable, str(ROOT / "experiments" / "study.py"), "--name", "t", "--base", str(base), "--variant", "base=",
+           "--seeds", "0", "1", "--workers", "2", "--runs", str(tmp_path / "runs")]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for seed in (0, 1):
+        threads = json.loads((tmp_path / "runs" / "t" / "base" / f"seed{seed}" / "environment.json").read_text())["threads"]
+        assert threads["intra_op"] == 1, threads
+        assert threads["source"] == f"auto (images, {len(cpus)} cores, 2 parallel)"
+
+
+# ---- the frozen-feature hot path: faster, and the same numbers ----------------------------------------------------
+def _tiny_client_env(samples: int = 70, epochs: int = 3):
+    from flsuite.data.base import ClientData, FederatedData, Split
+    from flsuite.federation.client import ClientEnvironment
+    from flsuite.federation.task import LocalTraining
+    from flsuite.methods.fedavg import FedAvg
+    from flsuite.models.heads import Linear
+
+    g = torch.Generator().manual_seed(3)
+    split = Split(torch.randn(samples, 12, generator=g), torch.randint(0, 4, (samples,), generator=g))
+    fed = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=4)
+    return ClientEnvironment(fed, Linear(), FedAvg(), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_epoch_batches_are_contiguous_views_with_the_values_of_per_batch_indexing(drop_last):
+    from flsuite.data.base import EpochBatches
+
+    split = _tiny_client_env().data.clients[0].train
+    batches = EpochBatches(split, 16, torch.Generator().manual_seed(1), drop_last=drop_last).epoch()
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(1))
+    stop = 64 if drop_last else 70
+    expected = [(split.x[order[i : i + 16]], split.y[order[i : i + 16]]) for i in range(0, stop, 16)]
+    assert [len(y) for _, y in batches] == [len(y) for _, y in expected] == ([16] * 4 if drop_last else [16] * 4 + [6])
+    for (x, y), (ex, ey) in zip(batches, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey) and x.is_contiguous()
+
+
+def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
+    """run_client (one Lightning fit, the lean training_step) computes exactly the textbook loop: same weights, and
+    the mean loss as a float64 running sum in step order."""
+    import torch.nn.functional as F
+
+    from flsuite.data.base import EpochBatches
+    from flsuite.federation.client import run_client
+    from flsuite.federation.task import ClientTask
+    from flsuite.seeding import torch_generator
+
+    env = _tiny_client_env()
+    weights = env.build_model().state_dict()
+    result = run_client(env, ClientTask(1, 0, 42, weights))
+
+    model = env.build_model()
+    model.load_state_dict(weights)
+    opt = env.local.make_optimizer(model.parameters())
+    batches = EpochBatches(env.data.clients[0].train, 16, torch_generator(42, purpose="batches"), epochs=3)
+    loss_sum, steps = torch.zeros((), dtype=torch.float64), 0
+    for _ in range(3):
+        for x, y in batches.epoch():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach()
+            steps += 1
+    assert result.num_steps == steps == 15
+    assert result.train_loss == float(loss_sum) / steps
+    for name, value in model.state_dict().items():
+        assert torch.equal(result.weights[name], value), name
