@@ -442,10 +442,10 @@ class Sweep:
                 continue
             first = axes.flat[0] if hasattr(axes, "flat") else axes
             fig = first.figure
-            fig.set_size_inches(max(6.0, 3.2 * len(self.cfg["parameters"])) if name == "slice" else 7.0, 4.5)
-            fig.tight_layout()
+            if name == "slice":  # one panel per parameter, plus optuna's colour bar
+                fig.set_size_inches(3.5 * len(self.cfg["parameters"]) + 1.5, 4.0)
             files[name] = out / f"{name}.png"
-            fig.savefig(files[name], dpi=100)
+            fig.savefig(files[name], dpi=100, bbox_inches="tight")
             plt.close(fig)
         return files
 
