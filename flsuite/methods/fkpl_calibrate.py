@@ -1,0 +1,228 @@
+"""FKPL Stage II (PCC, spec §1.4–1.8): the concatenated frozen experts F, the prototype and virtual-feature client
+queries, the server head, the federated-head control, the per-stage cost (Tables 9–10). The equations are in
+`flsuite.methods.fkpl`."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+
+from flsuite.data.base import EpochBatches, Split
+from flsuite.federation.phases import Rounds, RunContext
+from flsuite.federation.query import ClientQuery, QueryOutcome, QueryTask
+from flsuite.federation.server import ServerContext
+from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.weights import clone_weights, num_bytes, weighted_average
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fkpl_model import ConcatExperts, encode, encoder_weights, head_keys
+from flsuite.methods.fkpl_stages import FKPLPhase, TrainExperts, scalars
+from flsuite.metrics import evaluate
+from flsuite.models.heads import Linear
+
+
+# ---- client queries ---------------------------------------------------------------------------------------------
+class PrototypeQuery(ClientQuery):
+    """p_m^k = mean of F(x) over the client's class-k samples, for every class it holds (uploaded with the class ids)."""
+
+    name = "fkpl/prototypes"
+
+    def compute(self, client, task: QueryTask, model) -> dict[str, Any]:
+        z = encode(model, client.train.x).to(torch.float64)
+        classes = torch.unique(client.train.y)
+        return {"protos": torch.stack([z[client.train.y == k].mean(0) for k in classes]).float(), "classes": classes}
+
+
+class VirtualFeatureQuery(ClientQuery):
+    """z̃ = w·F(x) + (1 − w)·P_v^y with w = λ (`lam_on: feature`) or 1 − λ (`lam_on: prototype`, the official code's
+    form), λ ~ U(a, b) and v drawn uniformly among the clusters holding class y (`partner: other`: other clusters
+    when one has y), `per_sample` draws per sample, all from the client's derived stream. Uploads (z̃, y) only."""
+
+    name = "fkpl/virtual"
+
+    def __init__(self, a: float, b: float, lam_on: str, partner: str, per_sample: int) -> None:
+        self.a, self.b, self.lam_on, self.partner, self.per_sample = a, b, lam_on, partner, per_sample
+
+    def compute(self, client, task: QueryTask, model) -> dict[str, Any]:
+        gen = torch.Generator().manual_seed(task.seed)
+        z, y = encode(model, client.train.x), client.train.y
+        protos, has = task.broadcast["protos"], task.broadcast["has"]
+        own = int(task.broadcast["cluster"][client.client_id])
+        allowed = has[:, y].T.clone()  # [n, V]
+        if self.partner == "other":
+            others = allowed.clone()
+            others[:, own] = False
+            allowed = torch.where(others.any(dim=1, keepdim=True), others, allowed)
+        feats = []
+        for _ in range(self.per_sample):
+            lam = self.a + (self.b - self.a) * torch.rand(len(y), 1, generator=gen)
+            v = torch.multinomial(allowed.float(), 1, generator=gen).squeeze(1)
+            w = lam if self.lam_on == "feature" else 1.0 - lam
+            feats.append(w * z + (1.0 - w) * protos[v, y])
+        return {"features": torch.cat(feats), "labels": y.repeat(self.per_sample)}
+
+
+def domain_prototypes(outcome: QueryOutcome, labels: list[int], num_classes: int) -> dict[str, torch.Tensor]:
+    """P_v^k = unweighted mean of p_m^k over the members m of cluster v that hold class k (spec §1.6); `has` [V, K]."""
+    uploads = outcome.uploads()
+    dim = next(iter(uploads.values()))["protos"].shape[1]
+    num = max(labels) + 1
+    sums = torch.zeros(num, num_classes, dim, dtype=torch.float64)
+    counts = torch.zeros(num, num_classes, dtype=torch.float64)
+    for k, u in uploads.items():
+        sums[labels[k], u["classes"]] += u["protos"].to(torch.float64)
+        counts[labels[k], u["classes"]] += 1
+    return {"protos": (sums / counts.clamp(min=1)[..., None]).float(), "has": counts > 0, "scalars_up": torch.tensor(scalars([u["protos"] for u in uploads.values()]))}
+
+
+def fit_head(server: ServerContext, split: Split, num_classes: int, fkpl: Any, purpose: str) -> tuple[Weights, float]:
+    """A linear head (with bias) trained with CE on `split` for `head_epochs` epochs as a server-side Lightning fit."""
+    local = LocalTraining(epochs=fkpl.head_epochs, batch_size=fkpl.head_batch_size, lr=fkpl.head_lr, momentum=fkpl.head_momentum, weight_decay=0.0, accelerator=server.accelerator)
+    torch.manual_seed(server.seed_for(f"{purpose}/init"))
+    model = Linear().build(tuple(split.x.shape[1:]), num_classes)
+    from flsuite.methods.base import ClientModule
+
+    module = ClientModule(model, None, local, ClientTask(0, -1, server.seed_for(purpose), {}))  # type: ignore[arg-type]
+    server.fit(module, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), purpose=purpose)
+    w = clone_weights(model.state_dict())
+    return {"weight": w["1.weight"], "bias": w["1.bias"]}, float(module._loss_sum) / max(module.num_steps, 1)
+
+
+class FederatedHead(FedAvg):
+    """The Table-5 control: FedAvg of the trainable parameters only (the head over frozen F); F is never averaged and
+    only the head travels each round."""
+
+    def aggregate(self, round: int, global_weights: Weights, results, server_state: State, ctx=None) -> tuple[Weights, State]:
+        trained = weighted_average([{n: r.weights[n] for n in self.parameter_names} for r in results], self.aggregation_coefficients(results))
+        return {**global_weights, **trained}, server_state
+
+    def bytes_up(self, result: ClientResult) -> int:
+        return num_bytes({n: result.weights[n] for n in self.parameter_names}) + num_bytes(result.upload)
+
+    def bytes_down(self, task: ClientTask) -> int:
+        return num_bytes({n: task.global_weights[n] for n in self.parameter_names}) + num_bytes(task.broadcast)
+
+
+# ---- Stage II ----------------------------------------------------------------------------------------------------
+class Calibrate(FKPLPhase):
+    """Stage II: F = concatenated frozen experts; prototypes → domain prototypes → virtual features → server head (PCC),
+    or the federated-head control; evaluates head ∘ F per domain and records the run's cost per stage."""
+
+    def run(self, ctx: RunContext) -> None:
+        f, fed, data = self.fkpl, ctx.federation, ctx.data
+        labels = ctx.state.outputs[f.names[0]]["labels"]
+        num = max(labels) + 1
+        experts = TrainExperts(f, f.names[1]).weights(ctx)
+        with torch.random.fork_rng(devices=[]):
+            dropped = head_keys(fed.model.build(data.input_shape, data.num_classes))
+        enc = encoder_weights(experts, dropped)
+        cost = self.stage_costs(ctx, experts, enc)
+        if f.head == "federated":
+            sub = Rounds(name=f"{self.name}/head", rounds=f.head_rounds, model=ConcatExperts(fed.model, num, enc), method=FederatedHead("samples"), server_steps=[], prefix="head/")
+            if sub.name not in ctx.state.outputs:
+                sub.run(ctx)
+                ctx.checkpoint()
+            self.log_costs(ctx, cost)
+            return
+        if self.done(ctx):
+            return
+        ctx.use(ConcatExperts(fed.model, num, with_head=False), FedAvg())
+        protos = self.query_once(ctx, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
+        bc = {"protos": protos["value"]["protos"], "has": protos["value"]["has"], "cluster": torch.tensor(labels)}
+        query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample)
+
+        def pool(outcome: QueryOutcome) -> dict[str, torch.Tensor]:
+            ups = outcome.uploads()
+            return {
+                "x": torch.cat([ups[k]["features"] for k in sorted(ups)]),
+                "y": torch.cat([ups[k]["labels"] for k in sorted(ups)]),
+                "cluster": torch.cat([torch.full((len(ups[k]["labels"]),), labels[k]) for k in sorted(ups)]),  # known to the server: the sender
+            }
+
+        virtual = self.query_once(ctx, "virtual", query, pool, broadcast=bc, weights=enc)
+        vx, vy, vc = virtual["value"]["x"], virtual["value"]["y"], virtual["value"]["cluster"]
+        t0 = time.perf_counter()
+        server = ServerContext(0, fed.seed, [], len(data.clients), lambda: None, fed.local.accelerator)  # type: ignore[arg-type,return-value]
+        head, loss = fit_head(server, Split(vx, vy), data.num_classes, f, purpose="fkpl/head")
+        t_head = time.perf_counter() - t0
+        model = ConcatExperts(fed.model, num, enc).build(data.input_shape, data.num_classes)
+        model.head.load_state_dict(head)
+        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate(model, data.test, data.num_classes, device=fed.eval_device)}
+        if f.personalized_heads:
+            record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
+        ctx.state.outputs[self.name]["head"] = head
+        cost.update({
+            "stage2/scalars_up/prototypes": int(protos["value"]["scalars_up"]),
+            "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos["value"]["has"].sum()) * vx.shape[1],
+            "stage2/scalars_up/virtual_features": scalars(vx),
+            "stage2/num_virtual": len(vy),
+            "stage2/bytes_up": protos["bytes_up"] + virtual["bytes_up"],
+            "stage2/bytes_down": protos["bytes_down"] + virtual["bytes_down"],
+            "stage2/time/prototypes_s": protos["seconds"],
+            "stage2/time/virtual_s": virtual["seconds"],
+            "stage2/time/head_fit_s": t_head,
+        })
+        counts = {k: v for k, v in cost.items() if "time" not in k}  # wall times go to timings.jsonl, not the record
+        record.update({"server/head_loss": loss, "d_V": int(vx.shape[1]), **counts})
+        timing = {"round": 1, "phase": self.name, **{k: v for k, v in cost.items() if "time" in k}}
+        ctx.commit(record, timing, checkpoint=True)
+        self.log_costs(ctx, cost)
+
+    def personalised(self, ctx: RunContext, server: ServerContext, model, vx, vy, vc, labels: list[int]) -> dict[str, float]:
+        """Per-cluster heads on that cluster's virtual features (Fig. 6): pcluster<v>/acc/<domain>, and personal/acc/<d>
+        with each domain served by the head of the cluster holding most of its clients."""
+        data, out, heads = ctx.data, {}, []
+        for v in range(max(labels) + 1):
+            mask = vc == v
+            head, _ = fit_head(server, Split(vx[mask], vy[mask]), data.num_classes, self.fkpl, purpose=f"fkpl/head{v}")
+            heads.append(head)
+            model.head.load_state_dict(head)
+            out.update({f"pcluster{v}/{k}": val for k, val in evaluate(model, data.test, data.num_classes).items()})
+        domains = [c.domain for c in data.clients]
+        for d in data.test:
+            votes = [labels[k] for k, dom in enumerate(domains) if dom == d]
+            v = max(set(votes), key=votes.count) if votes else 0
+            out[f"personal/acc/{d}"] = out[f"pcluster{v}/acc/{d}"]
+        vals = [out[f"personal/acc/{d}"] for d in data.test]
+        out["personal/acc_mean"] = sum(vals) / len(vals)
+        return out
+
+    def stage_costs(self, ctx: RunContext, experts: list[Weights], enc: Weights) -> dict[str, Any]:
+        """Tables 9–10 for Stages 0 and I from their records, and the encoder download (M·V·P_f, once per client)."""
+        hist, times = ctx.state.history, ctx.state.timings
+        s0 = next(r for r in hist if r.get("phase") == self.fkpl.names[0])
+        t0 = next(t for t in times if t.get("phase") == self.fkpl.names[0])
+        s1 = [r for r in hist if str(r.get("phase", "")).startswith(f"{self.fkpl.names[1]}/expert")]
+        t1 = [t for t in times if str(t.get("phase", "")).startswith(f"{self.fkpl.names[1]}/expert")]
+
+        def total(rows, suffix):
+            return sum(v for r in rows for k, v in r.items() if k.endswith(suffix) and isinstance(v, (int, float)))
+
+        m = len(ctx.data.clients)
+        return {
+            "stage0/bytes_up": s0["bytes_up"],
+            "stage0/scalars_up": s0["scalars_up"],
+            "stage0/time/preprocess_s": t0["time/preprocess_s"],
+            "stage0/time/cluster_s": t0["time/cluster_s"],
+            "stage1/bytes_up": total(s1, "/bytes_up"),
+            "stage1/bytes_down": total(s1, "/bytes_down"),
+            "stage1/scalars_per_expert": [scalars(w) for w in experts],
+            "stage1/rounds": len({r["round"] for r in s1}),
+            "stage1/time_s": total(t1, "/time/round_s"),
+            "stage2/encoder_bytes_down": m * num_bytes(enc),
+            "stage2/encoder_scalars_down": m * scalars(enc),
+        }
+
+    def log_costs(self, ctx: RunContext, cost: dict[str, Any]) -> None:
+        """The per-stage costs into setup.json (merged with what is there) and the W&B summary."""
+        path = ctx.run_dir / "setup.json"
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        ctx.tracker.log_setup({**old, **{f"fkpl/{k}": v for k, v in cost.items()}})
+
+    def summary_records(self, history) -> list[dict[str, Any]]:
+        if self.fkpl.head == "federated":
+            n = len("head/")
+            return [{k[n:] if k.startswith("head/") else k: v for k, v in r.items()} for r in history if r.get("phase") == f"{self.name}/head"]
+        return [r for r in history if r.get("phase") == self.name]
