@@ -6,11 +6,19 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
+from flsuite.data.base import DataError
 from flsuite.data.builtin import GaussianFeatures
+from flsuite.data.guiding import (
+    GuidingSet,
+    load_mapping,
+    related_classes,
+    select_classes,
+)
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.server import PublicData
 from flsuite.federation.task import LocalTraining
@@ -191,3 +199,55 @@ def test_serial_and_ray_runs_are_identical(tmp_path):
         ray.shutdown()
     assert (tmp_path / "ray" / "metrics.jsonl").read_bytes() == (tmp_path / "serial" / "metrics.jsonl").read_bytes()
     assert 0 < sum(r["server/fedegg/gate"] for r in records(tmp_path / "serial")) < 4
+
+
+# ---- guiding sets (A6) -------------------------------------------------------------------------------------------
+CIFAR10_MAPPING = Path(__file__).resolve().parents[2] / "configs" / "fedegg" / "mappings" / "cifar10_imagenet.json"
+
+
+def test_the_shipped_cifar10_mapping_gives_the_a6_levels():
+    mapping = load_mapping(CIFAR10_MAPPING)
+    assert list(mapping) == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    assert sum(len(v) for v in mapping.values()) == 40 and len({w for v in mapping.values() for w in v}) == 35  # Table 5
+    pool = [f"n{i:08d}" for i in range(1000)] + [w for v in mapping.values() for w in v]
+    lh = select_classes(mapping, "LH", pool, seed=0)
+    assert lh == [v[0] for v in mapping.values()] + [v[1] for v in mapping.values()] and len(set(lh)) == 20
+    mh = select_classes(mapping, "MH", pool, seed=0)
+    assert mh[:10] == lh[:10] and not set(mh[10:]) & set(lh) and len(set(mh)) == 20
+    assert mh == select_classes(mapping, "MH", pool, seed=0) != select_classes(mapping, "MH", pool, seed=1)
+    hh = select_classes(mapping, "HH", pool, seed=0)
+    assert len(set(hh)) == 20 and not set(hh) & set(lh)
+
+
+def test_a_duplicate_falls_through_to_the_next_rank_and_size_keeps_a_seeded_subset():
+    mapping = {"a": ["x", "y", "z"], "b": ["x", "w", "y", "v"]}
+    assert related_classes(mapping, per_class=2) == ["x", "w", "y", "v"]
+    with pytest.raises(DataError, match="FL class 'b' has fewer than 2 distinct"):
+        related_classes({"a": ["x", "y", "z"], "b": ["x", "y", "z"]}, per_class=2)
+    kept = select_classes(mapping, "LH", [], seed=3, size=3)
+    assert len(kept) == 3 and set(kept) < {"x", "w", "y", "v"} and kept == select_classes(mapping, "LH", [], seed=3, size=3)
+    with pytest.raises(DataError, match="needs 4 unrelated pool classes, the pool has 2"):
+        select_classes(mapping, "HH", ["p", "q", "x"], seed=0)
+
+
+def test_a_guiding_set_relabels_the_chosen_source_classes_in_selection_order(tmp_path):
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"mapping": {"0": ["near/0", "near/1"], "1": ["near/1", "near/2"], "2": ["near/2", "near/0"]}}))
+    near = GaussianFeatures(dim=4, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=50)
+    far = GaussianFeatures(dim=4, num_classes=5, num_domains=1, clients_per_domain=1, samples_per_client=80, class_separation=9.0)
+    sources = {"near": near, "far": far}
+    lh = GuidingSet(path, "LH", sources, pool=["far"], per_class=1).build(seed=4)
+    assert lh.classes == ("near/0", "near/1", "near/2") and len(lh.clients) == 1
+    pooled = near.build(4)
+    x = torch.cat([c.train.x for c in pooled.clients])
+    y = torch.cat([c.train.y for c in pooled.clients])
+    for label in range(3):
+        assert torch.equal(lh.clients[0].train.x[lh.clients[0].train.y == label], x[y == label])
+    mh = GuidingSet(path, "MH", sources, pool=["far"], per_class=1).build(seed=4)
+    assert mh.classes[0] == "near/0" and all(c.startswith("far/") for c in mh.classes[1:]) and len(mh.classes) == 3
+    hh = GuidingSet(path, "HH", sources, pool=["far"], per_class=1, hh_size=5, max_per_class=7).build(seed=4)
+    assert sorted(hh.classes) == [f"far/{k}" for k in range(5)]
+    assert torch.bincount(hh.clients[0].train.y).tolist() == [7] * 5
+    with pytest.raises(DataError, match="'near/9': source 'near' has no class '9'"):
+        path.write_text(json.dumps({"mapping": {"0": ["near/9"]}}))
+        GuidingSet(path, "LH", sources, per_class=1).build(seed=4)

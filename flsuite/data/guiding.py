@@ -1,0 +1,177 @@
+"""FedEGG's guiding sets D^g: public classes chosen from a class-mapping file by a deterministic rule, as a data source.
+
+A mapping file (JSON) ranks, for each FL class, the public classes most related to it — what GPT-4 returned in the
+paper (Appendix B prompt, Table 5), shipped as data so that nothing calls an LLM:
+
+    {"fl_classes": ["airplane", ...], "mapping": {"airplane": ["n04552348", "n02690373", ...], ...}}
+
+A public class is "<source>/<class>" (a key of `GuidingSet.sources` and one of that source's class names) or, with a
+single source, just the class name (e.g. an ImageNet WNID).
+
+Selection rule (spec A6), `select_classes`:
+- LH: ranks 1..`per_class` of every FL class, rank by rank over the FL classes in file order; a class already taken
+  falls through to that FL class's next rank (Table 5's duplicates). With `size`, a seeded choice of `size` of them
+  (CIFAR-100: rank 1 of 100 classes, 40 kept; `per_class: 1, size: 40`).
+- MH: the first half of LH (the rank-1 classes when `per_class` = 2) plus random pool classes for the other half.
+- HH: |LH| (or `hh_size`) random pool classes.
+The pool is every class of every source not in LH (ImageNet-1k minus LH in the paper), or `pool` (entries "<source>"
+stand for all of that source's classes). Random draws come from `numpy_rng(seed, purpose="guiding/<level>")`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
+from flsuite.seeding import numpy_rng
+
+Level = Literal["LH", "MH", "HH"]
+
+
+def load_mapping(path: str | Path) -> dict[str, list[str]]:
+    """The FL class → ranked public classes mapping of a JSON file (FL classes in the file's order)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"guiding mapping file not found: {path}")
+    spec = json.loads(path.read_text())
+    mapping = spec.get("mapping")
+    if not isinstance(mapping, dict) or not all(isinstance(v, list) and v for v in mapping.values()):
+        raise DataError(f"{path}: expected {{'mapping': {{fl_class: [public classes, best first]}}}}")
+    order = spec.get("fl_classes", list(mapping))
+    missing = [c for c in order if c not in mapping]
+    if missing:
+        raise DataError(f"{path}: fl_classes {missing} have no entry in 'mapping'")
+    return {c: [str(p) for p in mapping[c]] for c in order}
+
+
+def related_classes(mapping: Mapping[str, Sequence[str]], per_class: int = 2) -> list[str]:
+    """LH before `size`: ranks 1..per_class per FL class, rank by rank, duplicates falling through to the next rank."""
+    taken: list[str] = []
+    position = dict.fromkeys(mapping, 0)
+    for _ in range(per_class):
+        for fl_class, ranked in mapping.items():
+            i = position[fl_class]
+            while i < len(ranked) and ranked[i] in taken:
+                i += 1
+            if i == len(ranked):
+                raise DataError(f"guiding mapping: FL class {fl_class!r} has fewer than {per_class} distinct public classes not taken by others")
+            taken.append(ranked[i])
+            position[fl_class] = i + 1
+    return taken
+
+
+def select_classes(
+    mapping: Mapping[str, Sequence[str]],
+    level: Level,
+    pool: Sequence[str],
+    seed: int,
+    per_class: int = 2,
+    size: int | None = None,
+    hh_size: int | None = None,
+) -> list[str]:
+    """The guiding classes of `level` by the A6 rule (module docstring), in label order."""
+    if level not in ("LH", "MH", "HH"):
+        raise DataError(f"guiding level must be 'LH', 'MH' or 'HH', got {level!r}")
+    lh = related_classes(mapping, per_class)
+    if size is not None:
+        if not 0 < size <= len(lh):
+            raise DataError(f"guiding size {size} must be in 1..{len(lh)} (the related classes found)")
+        lh = [lh[i] for i in numpy_rng(seed, purpose="guiding/size").permutation(len(lh))[:size]]
+    if level == "LH":
+        return lh
+    unrelated = [c for c in dict.fromkeys(pool) if c not in lh]
+    rng = numpy_rng(seed, purpose=f"guiding/{level}")
+    keep = lh[: len(lh) // 2] if level == "MH" else []
+    need = len(lh) - len(keep) if level == "MH" or hh_size is None else hh_size
+    if need > len(unrelated):
+        raise DataError(f"guiding level {level}: needs {need} unrelated pool classes, the pool has {len(unrelated)} (set hh_size or a larger pool)")
+    return keep + [unrelated[i] for i in rng.choice(len(unrelated), need, replace=False)]
+
+
+class GuidingSet(DataSource):
+    """A guiding set: the selected public classes of `sources`, relabelled 0..G−1 in selection order, as one client
+    (pooled training samples of every source client) and a test split (the sources' test samples of those classes).
+    Use it as FedEGG's `data: {source: <this>}`; the sources must live in the federation's input space (the same
+    frozen encoder and preprocessing).
+
+    Args:
+        mapping: The class-mapping JSON file (see the module docstring).
+        level: "LH", "MH" or "HH" (A6).
+        sources: Public data by name, e.g. {usps: <Benchmark>, fashion: <Benchmark>}.
+        pool: Unrelated-class pool for MH/HH ("<source>" = all its classes, or "<source>/<class>"); null = every
+            source class not in LH.
+        per_class: Ranks taken per FL class (2: the paper's 20 classes for CIFAR-10).
+        size: Keep a seeded `size` of the related classes (CIFAR-100: 40); null = all.
+        hh_size: Classes of HH; null = as many as LH.
+        max_per_class: At most this many training samples per guiding class (a seeded subset); null = all.
+        seed: Seed of the random choices (fixed, so a guiding set is the same for every run seed).
+    """
+
+    def __init__(
+        self,
+        mapping: Path,
+        level: Level,
+        sources: dict[str, DataSource],
+        pool: list[str] | None = None,
+        per_class: int = 2,
+        size: int | None = None,
+        hh_size: int | None = None,
+        max_per_class: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not sources:
+            raise DataError("GuidingSet needs at least one source")
+        self.mapping, self.level, self.sources, self.pool = Path(mapping), level, dict(sources), pool
+        self.per_class, self.size, self.hh_size, self.max_per_class, self.seed = per_class, size, hh_size, max_per_class, seed
+
+    def _resolve(self, public: str, built: Mapping[str, FederatedData]) -> tuple[str, int]:
+        name, _, rest = public.partition("/")
+        source, cls = (name, rest) if name in built and rest else (next(iter(built)), public)
+        if len(built) > 1 and not (name in built and rest):
+            raise DataError(f"guiding class {public!r}: with several sources, write '<source>/<class>' ({sorted(built)})")
+        classes = built[source].classes
+        if cls not in classes:
+            raise DataError(f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes)[:12]}...)")
+        return source, classes.index(cls)
+
+    def classes_for(self, built: Mapping[str, FederatedData]) -> list[str]:
+        """The selected public classes, given the built sources (the pool expanded from them)."""
+        single = len(built) == 1
+
+        def every(name: str) -> list[str]:
+            return [c if single else f"{name}/{c}" for c in built[name].classes]
+
+        entries = list(built) if self.pool is None else self.pool
+        pool = [p for e in entries for p in (every(e) if e in built else [e])]
+        return select_classes(load_mapping(self.mapping), self.level, pool, self.seed, self.per_class, self.size, self.hh_size)
+
+    def build(self, seed: int) -> FederatedData:
+        built = {name: source.build(seed) for name, source in self.sources.items()}
+        chosen = self.classes_for(built)
+        rng = numpy_rng(self.seed, purpose="guiding/samples")
+        train_x, train_y, test_x, test_y = [], [], [], []
+        for label, public in enumerate(chosen):
+            source, cls = self._resolve(public, built)
+            data = built[source]
+            train = Split(torch.cat([c.train.x for c in data.clients]), torch.cat([c.train.y for c in data.clients]))
+            rows = torch.nonzero(train.y == cls).flatten()
+            if len(rows) == 0:
+                raise DataError(f"guiding class {public!r} has no training samples in source {source!r}")
+            if self.max_per_class is not None and len(rows) > self.max_per_class:
+                rows = rows[torch.from_numpy(rng.choice(len(rows), self.max_per_class, replace=False)).sort().values]
+            train_x.append(train.x[rows])
+            train_y.append(torch.full((len(rows),), label))
+            for split in data.test.values():
+                mask = split.y == cls
+                test_x.append(split.x[mask])
+                test_y.append(torch.full((int(mask.sum()),), label))
+        train = Split(torch.cat(train_x), torch.cat(train_y))
+        test = Split(torch.cat(test_x), torch.cat(test_y))
+        test_splits = {"guiding": test} if len(test) else {"guiding": train}
+        description = {"source": "guiding set", "level": self.level, "classes": chosen}
+        return FederatedData([ClientData(0, "guiding", train)], test_splits, num_classes=len(chosen), classes=tuple(chosen), description=description)
