@@ -281,8 +281,12 @@ class Sweep:
         direction = "maximize" if self.cfg["metric"]["goal"] == "maximize" else "minimize"
         # workers are threads of this process (each drives one trial process); a long SQLite timeout rides out their writes
         self.storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
+        # A resumed sweep seeds its sampler past the trials it already has, so random search does not replay them.
+        existing = 0
+        if self.name in optuna.study.get_all_study_names(self.storage):
+            existing = len(optuna.load_study(study_name=self.name, storage=self.storage).trials)
         return optuna.create_study(study_name=self.name, storage=self.storage, direction=direction,
-                                   sampler=sampler_for(self.cfg, self.seed), pruner=pruner_for(self.cfg), load_if_exists=True)
+                                   sampler=sampler_for(self.cfg, self.seed + existing), pruner=pruner_for(self.cfg), load_if_exists=True)
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}

@@ -225,3 +225,17 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     assert f"Best: trial {best.number}" in table and table.count("| COMPLETE |") == 3
     assert (out / "trials.csv").read_text().count("COMPLETE") == 3
     assert (out / "plots" / "slice.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_resumed_random_sweep_does_not_replay_its_samples(tmp_path: Path):
+    (tmp_path / "flsuite").mkdir()
+    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
+    file = tmp_path / "random.yaml"
+    file.write_text(yaml.safe_dump({
+        "method": "random", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"min": 0.0, "max": 1.0}},
+        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+    }))
+    sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(2)
+    study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(4)  # resumed: two more
+    xs = [t.params["x"] for t in study.trials]
+    assert len(xs) == 4 and len(set(xs)) == 4
