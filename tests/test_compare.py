@@ -159,3 +159,12 @@ def test_group_by_config_keys(tmp_path: Path, capsys):
 
     with pytest.raises(KeyError, match="no config key 'method.init_args.nope'"):
         group_by_config(runs, ["method.init_args.nope"])
+
+
+def test_flsuite_compare_subcommand(studies: Path, capsys):
+    from flsuite.cli import main as flsuite_main
+
+    assert flsuite_main(["compare", str(studies / "studyA" / "fedprox")]) == 0
+    assert "| fedprox | 85.00 | 65.00 | 75.00 | 10.00 | 14.14 | 1 |" in capsys.readouterr().out
+    assert flsuite_main(["compare", str(studies / "nowhere")]) == 2  # a user error: one paragraph naming the path
+    assert "nowhere: no such run folder" in capsys.readouterr().err
