@@ -51,8 +51,10 @@ def import_all_modules() -> list[str]:
             continue
         try:
             importlib.import_module(info.name)
-        except ImportError as err:
+        except ImportError as err:  # an optional dependency
             skipped.append(f"{info.name} ({err})")
+        except Exception as err:  # noqa: BLE001 - a broken module must not take the whole CLI down
+            log.warning("flsuite module %s failed to import (%s); its classes need the full class_path", info.name, err)
     if skipped:
         log.debug("not importable, so not available by short name: %s", "; ".join(skipped))
     return skipped
@@ -193,7 +195,8 @@ def interrupted_message(err: BaseException) -> str:
     run_dir = getattr(err, "run_dir", None)
     if run_dir is None or not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
         where = f" (run folder {run_dir})" if run_dir is not None else ""
-        return f"flsuite: interrupted before a round was checkpointed{where}; nothing to continue, start the run again"
+        again = f" (remove {run_dir} first to reuse it as --run_dir)" if run_dir is not None else ""
+        return f"flsuite: interrupted before a round was checkpointed{where}; nothing to continue, start the run again{again}"
     return (
         f"flsuite: interrupted; the last completed round is checkpointed in {run_dir}; "
         f"continue with --resume {run_dir} (e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"

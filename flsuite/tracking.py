@@ -104,6 +104,22 @@ def under_sweep_agent() -> bool:
     return bool(os.environ.get("WANDB_SWEEP_ID") or os.environ.get("WANDB_RUN_ID"))
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def wandb_scalars(record: Mapping[str, Any]) -> dict[str, float | int]:
+    """A round record's numbers for W&B: scalars as they are, and mappings of numbers (e.g. per-client fit metrics
+    `{"client_loss": {"3": 0.41}}`) as `client_loss/3`; lists (sampled clients) stay in metrics.jsonl only."""
+    out: dict[str, float | int] = {}
+    for key, value in record.items():
+        if _is_number(value):
+            out[key] = value
+        elif isinstance(value, Mapping):
+            out.update({f"{key}/{k}": v for k, v in value.items() if _is_number(v)})
+    return out
+
+
 class Tracker:
     """Writes the run folder and mirrors metrics to W&B (x-axis = round).
 
@@ -171,8 +187,7 @@ class Tracker:
         with open(self.run_dir / "timings.jsonl", "a") as f:
             f.write(json.dumps(timing) + "\n")
         if self.wandb_run is not None:
-            scalars = {k: v for k, v in {**record, **timing}.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            self.wandb_run.log(scalars)
+            self.wandb_run.log(wandb_scalars({**record, **timing}))
 
     def rewrite_history(self, history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> None:
         """On resume: the files hold exactly the checkpointed rounds (a killed run may have logged more)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from flsuite.tracking import WandbConfig, _resolve_wandb_mode
+from flsuite.tracking import WandbConfig, _resolve_wandb_mode, run_labels, wandb_scalars
 from tests.helpers import head_federation
 
 
@@ -29,3 +29,24 @@ def test_offline_wandb_run_is_written_with_no_api_key(monkeypatch, tmp_path):
     assert len(runs) == 1, "expected one offline W&B run in the run folder"
     assert list(runs[0].glob("run-*.wandb")), "the offline run has no data file"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["last/acc_mean"] == summary["last/acc_mean"]
+
+
+def test_wandb_scalars_keep_numbers_and_flatten_per_client_mappings():
+    record = {"round": 3, "acc_mean": 50.5, "clients": [0, 2], "clients_failed": [], "ok": True,
+              "client_loss": {"0": 0.5, "2": 0.25}, "client_steps": {"0": 4, "2": 7}}
+    assert wandb_scalars(record) == {"round": 3, "acc_mean": 50.5, "client_loss/0": 0.5, "client_loss/2": 0.25,
+                                     "client_steps/0": 4, "client_steps/2": 7}
+
+
+def test_run_labels_name_the_method_with_its_setup_stages_and_the_dataset():
+    from flsuite.data.builtin import GaussianFeatures
+    from flsuite.methods.fedprox import FedProx
+    from flsuite.methods.ggeur import GGEUR
+
+    labels = run_labels(FedProx(), GaussianFeatures(), [GGEUR()])
+    assert labels == {"method_name": "FedProx+GGEUR", "dataset": "GaussianFeatures"}
+
+    class Suite:
+        suite = "pacs"
+
+    assert run_labels(FedProx(), Suite())["dataset"] == "pacs"
