@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from sklearn.cluster import AgglomerativeClustering
 
 from flsuite.federation.query import ClientQuery, QueryTask
 
@@ -87,8 +88,6 @@ def cluster(angles: np.ndarray, threshold: float) -> list[int]:
     m = len(angles)
     if m == 1:
         return [0]
-    from sklearn.cluster import AgglomerativeClustering
-
     raw = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average", distance_threshold=threshold).fit_predict(angles)
     order: dict[int, int] = {}
     return [order.setdefault(int(c), len(order)) for c in raw]
