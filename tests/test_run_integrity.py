@@ -339,6 +339,19 @@ def test_relative_data_root_resolves_against_flsuite_data_from_any_working_direc
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["init_args"]["root"] == "office"  # as written
 
 
+def test_relative_feature_cache_resolves_against_flsuite_cache(tmp_path, monkeypatch):
+    from flsuite.data.benchmarks import Benchmark
+    from tests.data.test_benchmarks import CountingEncoder
+
+    make_office_folder(tmp_path / "datasets" / "office")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLSUITE_DATA", str(tmp_path / "datasets"))
+    monkeypatch.setenv("FLSUITE_CACHE", str(tmp_path / "cache_base"))
+    Benchmark("office_caltech10", root=Path("office"), encoder=CountingEncoder(), cache_dir=Path("features"), image_size=8).build(0)
+    assert any((tmp_path / "cache_base" / "features").rglob("*")), "nothing was cached under $FLSUITE_CACHE/features"
+    assert not (tmp_path / "features").exists()
+
+
 def test_paths_resolve_against_their_bases(monkeypatch, tmp_path):
     from flsuite.paths import cache_path, data_path
 
