@@ -195,6 +195,11 @@ class FedCiR(GeneratorMethod, FedAvg):
         self.generator_lr, self.ensemble, self.mle_samples = generator_lr, ensemble, mle_samples
         self.noise, self.diversity = "normal", 0.0
 
+    def setup(self, model: nn.Module, num_clients: int) -> None:
+        super().setup(model, num_clients)
+        if self.lam_align > 0:
+            require_encoder(model, "FedCiR's L_align (lam_align > 0)")
+
     def active(self) -> bool:
         return self.lam_reg > 0 or self.lam_align > 0
 

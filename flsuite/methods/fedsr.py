@@ -34,15 +34,19 @@ class FedSRModel(ProbabilisticEncoder):
         return model
 
 
+def check_model(model: nn.Module, cmi: float) -> None:
+    require_encoder(model, "FedSR")
+    if cmi > 0 and not all(hasattr(model, a) for a in ("r_mu", "r_sigma", "C")):
+        raise TypeError("FedSR's CMI term needs the reference Gaussians: use model: flsuite.methods.fedsr.FedSRModel")
+
+
 class FedSRClient(ClientModule):
     """CE + α_L2R · L2 norm of z + α_CMI · KL to the reference Gaussian of the label."""
 
     method: FedSR
 
     def on_fit_start(self) -> None:
-        require_encoder(self.model, "FedSR")
-        if self.method.cmi > 0 and not all(hasattr(self.model, a) for a in ("r_mu", "r_sigma", "C")):
-            raise TypeError("FedSR's CMI term needs the reference Gaussians: use model: flsuite.methods.fedsr.FedSRModel")
+        check_model(self.model, self.method.cmi)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         m, model = self.method, self.model
@@ -75,3 +79,7 @@ class FedSR(FedAvg):
         if l2r < 0 or cmi < 0:
             raise ValueError(f"FedSR needs l2r >= 0 and cmi >= 0, got {l2r} and {cmi}")
         self.l2r, self.cmi, self.l2_squared = l2r, cmi, l2_squared
+
+    def setup(self, model: nn.Module, num_clients: int) -> None:
+        super().setup(model, num_clients)
+        check_model(model, self.cmi)  # fail at the start of the run, not inside a client fit

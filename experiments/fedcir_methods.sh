@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# FedCiR study 1 (issue 13): one client per domain on PACS or Office-Caltech-10 (CPU settings: frozen EfficientNet-Lite0
+# features, MLP probabilistic encoder), FedAvg / FedProx / FedGen / FedSR / FedCiR on the same network, per-domain
+# accuracy, AVG, STD and rounds to the config's target accuracy. FedProc is not in the suite (FKPL issue).
+#   bash experiments/fedcir_methods.sh pacs|office_caltech10 [--seeds 0 1 2] [--workers 1] [-- --rounds 100]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dataset=${1:?usage: fedcir_methods.sh pacs|office_caltech10 [study.py flags]}; shift
+exec python experiments/study.py --name "fedcir_methods_$dataset" --base "configs/fedcir/effnet/$dataset.yaml" \
+  --variant "FedAvg=" --variant "FedProx=configs/baselines/fedprox.yaml" --variant "FedGen=configs/baselines/fedgen.yaml" \
+  --variant "FedSR=configs/baselines/fedsr.yaml" --variant "FedCiR=configs/fedcir/with_fedcir.yaml" \
+  --seeds 0 1 2 --workers 1 --out "docs/results/fedcir_methods_$dataset.md" \
+  --command "bash experiments/fedcir_methods.sh $dataset $*" "$@"
