@@ -11,7 +11,6 @@ import torch
 
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.task import ClientResult
-from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedproc import FedProc, mean_prototypes, prototype_contrastive_loss
 from flsuite.methods.fpl import FPL, cluster_prototypes, finch, fpl_loss
 from flsuite.models.heads import MLP
