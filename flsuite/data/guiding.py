@@ -109,7 +109,8 @@ class GuidingSet(DataSource):
         size: Keep a seeded `size` of the related classes (CIFAR-100: 40); null = all.
         hh_size: Classes of HH; null = as many as LH.
         max_per_class: At most this many training samples per guiding class (a seeded subset); null = all.
-        seed: Seed of the random choices (fixed, so a guiding set is the same for every run seed).
+        seed: Seed of the random choices and of the sources' builds: the guiding set is public data, the same for every
+            run seed (`build`'s seed is not used).
     """
 
     def __init__(
@@ -129,35 +130,44 @@ class GuidingSet(DataSource):
         self.mapping, self.level, self.sources, self.pool = Path(mapping), level, dict(sources), pool
         self.per_class, self.size, self.hh_size, self.max_per_class, self.seed = per_class, size, hh_size, max_per_class, seed
 
-    def _resolve(self, public: str, built: Mapping[str, FederatedData]) -> tuple[str, int]:
+    def _resolve(self, public: str, classes: Mapping[str, Sequence[str]]) -> tuple[str, str]:
+        """(source, class name) of a public class id."""
         name, _, rest = public.partition("/")
-        source, cls = (name, rest) if name in built and rest else (next(iter(built)), public)
-        if len(built) > 1 and not (name in built and rest):
-            raise DataError(f"guiding class {public!r}: with several sources, write '<source>/<class>' ({sorted(built)})")
-        classes = built[source].classes
-        if cls not in classes:
-            raise DataError(f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes)[:12]}...)")
-        return source, classes.index(cls)
+        if name in classes and rest:
+            source, cls = name, rest
+        elif len(classes) == 1:
+            source, cls = next(iter(classes)), public
+        else:
+            raise DataError(f"guiding class {public!r}: with several sources, write '<source>/<class>' ({sorted(classes)})")
+        if cls not in classes[source]:
+            raise DataError(f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes[source])[:12]}...)")
+        return source, cls
 
-    def classes_for(self, built: Mapping[str, FederatedData]) -> list[str]:
-        """The selected public classes, given the built sources (the pool expanded from them)."""
-        single = len(built) == 1
+    def classes_for(self, classes: Mapping[str, Sequence[str]]) -> list[str]:
+        """The selected public classes, given every source's class names (the pool expanded from them)."""
+        single = len(classes) == 1
 
         def every(name: str) -> list[str]:
-            return [c if single else f"{name}/{c}" for c in built[name].classes]
+            return [c if single else f"{name}/{c}" for c in classes[name]]
 
-        entries = list(built) if self.pool is None else self.pool
-        pool = [p for e in entries for p in (every(e) if e in built else [e])]
+        entries = list(classes) if self.pool is None else self.pool
+        pool = [p for e in entries for p in (every(e) if e in classes else [e])]
         return select_classes(load_mapping(self.mapping), self.level, pool, self.seed, self.per_class, self.size, self.hh_size)
 
     def build(self, seed: int) -> FederatedData:
-        built = {name: source.build(seed) for name, source in self.sources.items()}
-        chosen = self.classes_for(built)
+        # Public data: built with this set's own seed, the same for every run seed. A `ClassFolder` source (ImageNet)
+        # is listed first and decodes only the chosen classes.
+        built = {n: s.build(self.seed) for n, s in self.sources.items() if not isinstance(s, ClassFolder)}
+        names = {n: list(built[n].classes) if n in built else s.class_names() for n, s in self.sources.items()}  # type: ignore[attr-defined]
+        chosen = self.classes_for(names)
+        resolved = [self._resolve(p, names) for p in chosen]
+        for n, s in self.sources.items():
+            if n not in built:
+                built[n] = s.build_classes(sorted({c for src, c in resolved if src == n}), self.seed)  # type: ignore[attr-defined]
         rng = numpy_rng(self.seed, purpose="guiding/samples")
         train_x, train_y, test_x, test_y = [], [], [], []
-        for label, public in enumerate(chosen):
-            source, cls = self._resolve(public, built)
-            data = built[source]
+        for label, (public, (source, name)) in enumerate(zip(chosen, resolved)):
+            data, cls = built[source], list(built[source].classes).index(name)
             train = Split(torch.cat([c.train.x for c in data.clients]), torch.cat([c.train.y for c in data.clients]))
             rows = torch.nonzero(train.y == cls).flatten()
             if len(rows) == 0:
@@ -175,3 +185,55 @@ class GuidingSet(DataSource):
         test_splits = {"guiding": test} if len(test) else {"guiding": train}
         description = {"source": "guiding set", "level": self.level, "classes": chosen}
         return FederatedData([ClientData(0, "guiding", train)], test_splits, num_classes=len(chosen), classes=tuple(chosen), description=description)
+
+
+class ClassFolder(DataSource):
+    """Labelled public images as `<root>/<class>/<image>` (e.g. ImageNet-1k's `train` folder, one folder per WNID),
+    as pixels in [0, 1]. In a `GuidingSet`, only the chosen classes are decoded (`build_classes`).
+
+    Args:
+        root: The folder of class folders (relative: under $FLSUITE_DATA).
+        image_size: Side length images are resized to (the FL input size, A15).
+        channels: 1 or 3.
+        max_per_class: Decode at most this many images per class (a seeded subset); null = all.
+        test_fraction: Held-out fraction per class (seeded).
+    """
+
+    def __init__(self, root: Path, image_size: int = 32, channels: int = 3, max_per_class: int | None = 300, test_fraction: float = 0.1) -> None:
+        self.root, self.image_size, self.channels, self.max_per_class, self.test_fraction = Path(root), image_size, channels, max_per_class, test_fraction
+
+    def _root(self) -> Path:
+        from flsuite.paths import data_path
+
+        root = data_path(self.root)
+        if not root.is_dir():
+            raise DataError(f"ClassFolder: {root} is not a folder of class folders")
+        return root
+
+    def class_names(self) -> list[str]:
+        return sorted(d.name for d in self._root().iterdir() if d.is_dir() and not d.name.startswith("."))
+
+    def build(self, seed: int) -> FederatedData:
+        return self.build_classes(self.class_names(), seed)
+
+    def build_classes(self, names: Sequence[str], seed: int) -> FederatedData:
+        from flsuite.data import image_folder as imf
+        from flsuite.data.benchmarks import to_pixels
+
+        root, rng = self._root(), numpy_rng(seed, purpose="guiding/class_folder")
+        entries = imf.scan_image_folder(root.parent, [root.name], list(names))[root.name]
+        train, test = [], []
+        for k in range(len(names)):
+            own = [e for e in entries if e[1] == k]
+            if self.max_per_class is not None and len(own) > self.max_per_class:
+                own = [own[i] for i in sorted(rng.choice(len(own), self.max_per_class, replace=False))]
+            n_test = round(self.test_fraction * len(own))
+            order = rng.permutation(len(own))
+            test += [own[i] for i in sorted(order[:n_test])]
+            train += [own[i] for i in sorted(order[n_test:])]
+
+        def split(part: list) -> Split:
+            arrays = imf.load_image_folder_arrays(part, self.image_size, classes=list(names))
+            return Split(to_pixels(arrays, self.image_size, self.channels), arrays.y)
+
+        return FederatedData([ClientData(0, root.name, split(train))], {root.name: split(test) if test else split(train)}, num_classes=len(names), classes=tuple(names))

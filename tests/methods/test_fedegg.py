@@ -14,6 +14,7 @@ import torch
 from flsuite.data.base import DataError
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.data.guiding import (
+    ClassFolder,
     GuidingSet,
     load_mapping,
     related_classes,
@@ -238,7 +239,7 @@ def test_a_guiding_set_relabels_the_chosen_source_classes_in_selection_order(tmp
     sources = {"near": near, "far": far}
     lh = GuidingSet(path, "LH", sources, pool=["far"], per_class=1).build(seed=4)
     assert lh.classes == ("near/0", "near/1", "near/2") and len(lh.clients) == 1
-    pooled = near.build(4)
+    pooled = near.build(0)  # public data: built with the GuidingSet seed (0), whatever the run seed
     x = torch.cat([c.train.x for c in pooled.clients])
     y = torch.cat([c.train.y for c in pooled.clients])
     for label in range(3):
@@ -251,3 +252,22 @@ def test_a_guiding_set_relabels_the_chosen_source_classes_in_selection_order(tmp
     with pytest.raises(DataError, match="'near/9': source 'near' has no class '9'"):
         path.write_text(json.dumps({"mapping": {"0": ["near/9"]}}))
         GuidingSet(path, "LH", sources, per_class=1).build(seed=4)
+
+
+def test_a_class_folder_source_decodes_only_the_chosen_classes(tmp_path):
+    from PIL import Image
+
+    for k, wnid in enumerate(["n01", "n02", "n03", "n04", "n05"]):
+        (tmp_path / "train" / wnid).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (12, 10), (40 * k, 10 * i, 0)).save(tmp_path / "train" / wnid / f"{i}.png")
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"mapping": {"a": ["n03", "n01"], "b": ["n03", "n05"]}}))
+    source = ClassFolder(tmp_path / "train", image_size=8, max_per_class=3, test_fraction=0.34)
+    assert source.class_names() == ["n01", "n02", "n03", "n04", "n05"]
+    assert source.build_classes(["n03"], seed=0).classes == ("n03",)
+    lh = GuidingSet(path, "LH", {"imagenet": source}, per_class=1).build(seed=0)
+    assert lh.classes == ("n03", "n05") and lh.clients[0].train.x.shape == (4, 3, 8, 8)  # 3 per class, 1 held out
+    torch.testing.assert_close(lh.clients[0].train.x[0, 0], torch.full((8, 8), 80 / 255))  # class n03 (k = 2) red
+    hh = GuidingSet(path, "HH", {"imagenet": source}, per_class=1).build(seed=0)
+    assert set(hh.classes) <= {"n01", "n02", "n04"} and len(hh.classes) == 2
