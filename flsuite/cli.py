@@ -193,10 +193,11 @@ def blame_config_file(message: str, files: list[Path]) -> str:
 def interrupted_message(err: BaseException) -> str:
     """What to tell the user after Ctrl-C: the checkpointed round and the exact command to continue."""
     run_dir = getattr(err, "run_dir", None)
-    if run_dir is None or not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
-        where = f" (run folder {run_dir})" if run_dir is not None else ""
-        again = f" (remove {run_dir} first to reuse it as --run_dir)" if run_dir is not None else ""
-        return f"flsuite: interrupted before a round was checkpointed{where}; nothing to continue, start the run again{again}"
+    if run_dir is None:
+        return "flsuite: interrupted"
+    if not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
+        return (f"flsuite: interrupted before a round was checkpointed (run folder {run_dir}); nothing to continue, "
+                f"start the run again (remove {run_dir} first to reuse it as --run_dir)")
     return (
         f"flsuite: interrupted; the last completed round is checkpointed in {run_dir}; "
         f"continue with --resume {run_dir} (e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"
