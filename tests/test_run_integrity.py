@@ -334,7 +334,7 @@ def test_relative_data_root_resolves_against_flsuite_data_from_any_working_direc
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     monkeypatch.setenv("FLSUITE_DATA", str(tmp_path / "datasets"))
-    code, out, err = run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)
+    code, _, err = run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)
     assert code == 0, err
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["init_args"]["root"] == "office"  # as written
 
