@@ -109,13 +109,16 @@ def test_clustering_recovers_planted_subspaces_and_the_threshold_scan_moves_v_fr
 
 
 def test_stage0_logs_the_angle_heatmap_the_clusters_and_their_purity(tmp_path):
-    fkpl_federation(tmp_path, head_epochs=1).fit()
+    fkpl_federation(tmp_path, head_epochs=1, personalized_heads=True).fit()
     assert (tmp_path / "fkpl_angles.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "fkpl_clusters.json").read_text())
     assert saved["clusters"] == [[0, 1], [2, 3], [4, 5]] and saved["purity"] == 1.0
     first = records(tmp_path)[0]
     assert (first["phase"], first["cluster/num_clusters"], first["cluster/purity"]) == ("cluster", 3, 1.0)
     assert first["bytes_up"] == 6 * 16 * 3 * 4  # M clients × d_x × p float32: only U_m leaves a client
+    last = records(tmp_path)[-1]  # per-cluster heads: cluster v's clients are domain d<v>, so d<v> is served by head v
+    assert all(last[f"personal/acc/d{v}"] == last[f"pcluster{v}/acc/d{v}"] for v in range(3))
+    assert last["personal/acc_mean"] == pytest.approx(sum(last[f"pcluster{v}/acc/d{v}"] for v in range(3)) / 3)
 
 
 # ---- Stage I -----------------------------------------------------------------------------------------------------
