@@ -281,9 +281,10 @@ class Sweep:
         direction = "maximize" if self.cfg["metric"]["goal"] == "maximize" else "minimize"
         # workers are threads of this process (each drives one trial process); a long SQLite timeout rides out their writes
         self.storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
-        # A resumed sweep seeds its sampler past the trials it already has, so random search does not replay them.
+        # A resumed random/bayes sweep seeds its sampler past the trials it already has, so it does not replay them.
+        # Grid keeps its seed: GridSampler shuffles the grid with it and records visited points by their index.
         existing = 0
-        if self.name in optuna.study.get_all_study_names(self.storage):
+        if self.cfg["method"] != "grid" and self.name in optuna.study.get_all_study_names(self.storage):
             existing = len(optuna.load_study(study_name=self.name, storage=self.storage).trials)
         return optuna.create_study(study_name=self.name, storage=self.storage, direction=direction,
                                    sampler=sampler_for(self.cfg, self.seed + existing), pruner=pruner_for(self.cfg), load_if_exists=True)

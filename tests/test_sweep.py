@@ -239,3 +239,16 @@ def test_a_resumed_random_sweep_does_not_replay_its_samples(tmp_path: Path):
     study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(4)  # resumed: two more
     xs = [t.params["x"] for t in study.trials]
     assert len(xs) == 4 and len(set(xs)) == 4
+
+
+def test_a_resumed_grid_sweep_visits_each_point_once(tmp_path: Path):
+    (tmp_path / "flsuite").mkdir()
+    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
+    file = tmp_path / "grid.yaml"
+    file.write_text(yaml.safe_dump({
+        "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"values": [0.1, 0.2, 0.3, 0.4, 0.5]}},
+        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+    }))
+    for n in (1, 3, 5):  # three sessions, as after two kills
+        study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(n)
+    assert sorted(t.params["x"] for t in study.trials) == [0.1, 0.2, 0.3, 0.4, 0.5]
