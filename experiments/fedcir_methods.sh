@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dataset=${1:?usage: fedcir_methods.sh pacs|office_caltech10 [study.py flags]}; shift
-exec python experiments/study.py --name "fedcir_methods_$dataset" --base "configs/fedcir/effnet/$dataset.yaml" \
+exec python experiments/study.py --name "fedcir_$dataset" --base "configs/fedcir/effnet/$dataset.yaml" \
   --variant "FedAvg=" --variant "FedProx=configs/baselines/fedprox.yaml" --variant "FedGen=configs/baselines/fedgen.yaml" \
   --variant "FedSR=configs/baselines/fedsr.yaml" --variant "FedCiR=configs/fedcir/with_fedcir.yaml" \
   --seeds 0 1 2 --workers 1 --out "docs/results/fedcir_methods_$dataset.md" \
