@@ -194,3 +194,30 @@ def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
     assert result.train_loss == float(loss_sum) / steps
     for name, value in model.state_dict().items():
         assert torch.equal(result.weights[name], value), name
+
+
+def test_ray_workers_get_their_share_of_the_cpus():
+    """RayExecutor's "auto": a worker of an image model uses the CPUs Ray assigned it (cpus_per_client), a worker of
+    a head on feature vectors one thread; an explicit count is used as is."""
+    import ray
+
+    from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
+    from flsuite.federation.client import ClientEnvironment
+    from flsuite.federation.ray_executor import _ClientWorker
+    from flsuite.federation.task import LocalTraining
+    from flsuite.methods.fedavg import FedAvg
+    from flsuite.models.heads import Linear, SmallCNN
+
+    class Probe(_ClientWorker):
+        def threads(self) -> int:
+            return torch.get_num_threads()
+
+    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), FedAvg(), LocalTraining(), 0)
+    features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), FedAvg(), LocalTraining(), 0)
+    ray.init(num_cpus=6, include_dashboard=False)
+    try:
+        cases = [(images, 2, "auto", 2), (images, 1, "auto", 1), (features, 2, "auto", 1), (features, 1, 3, 3)]
+        workers = [ray.remote(Probe).options(num_cpus=cpus).remote(env, torch_threads) for env, cpus, torch_threads, _ in cases]
+        assert ray.get([w.threads.remote() for w in workers]) == [expected for *_, expected in cases]
+    finally:
+        ray.shutdown()
