@@ -130,12 +130,16 @@ def _allowed(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in ALLOWED_CHANGES)
 
 
-def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any]) -> ConfigDiff:
-    """Classify every differing dotted key (present in one config only counts as differing)."""
-    a, b = flatten(old), flatten(new)
+def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> ConfigDiff:
+    """Classify every differing dotted key (present in one config only counts as differing), except a key the old
+    config lacks because the option did not exist when that run started: it is unchanged when its new value is the
+    option's default (`defaults`, flattened) or null."""
+    a, b, defaults = flatten(old), flatten(new), defaults or {}
     blocking, allowed = [], []
     for key in sorted(set(a) | set(b)):
         if key in a and key in b and a[key] == b[key]:
+            continue
+        if key not in a and (b[key] is None or (key in defaults and b[key] == defaults[key])):
             continue
         if key == "rounds" and isinstance(a.get(key), int) and isinstance(b.get(key), int):
             (allowed if b[key] > a[key] else blocking).append(key)
@@ -153,6 +157,8 @@ def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str) -> Conf
         return ConfigDiff([], [])
     old, new = yaml.safe_load(old_yaml) or {}, yaml.safe_load(new_yaml) or {}
     diff = compare_configs(old, new)
+    if diff.blocking and any(k not in flatten(old) for k in diff.blocking):
+        diff = compare_configs(old, new, option_defaults())
     if diff.blocking:
         a, b = flatten(old), flatten(new)
         shown = "; ".join(f"{k}: {_show(a, k)} -> {_show(b, k)}" for k in diff.blocking[:8])
@@ -164,6 +170,14 @@ def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str) -> Conf
     if diff.allowed:
         log.warning("--resume %s: continuing with changed settings that do not change the experiment: %s", where, ", ".join(diff.allowed))
     return diff
+
+
+def option_defaults() -> dict[str, Any]:
+    """Every `flsuite fit` option's default, as flattened dotted keys (for runs started before an option existed)."""
+    from flsuite.cli import fit_parser
+
+    parser = fit_parser()
+    return flatten(yaml.safe_load(parser.dump(parser.get_defaults(), skip_check=True)) or {})
 
 
 def _show(flat: Mapping[str, Any], key: str) -> str:

@@ -416,3 +416,17 @@ def test_sigint_handler_is_only_installed_while_fit_runs(tmp_path, capsys):
     cfg = write_config(tmp_path / "run.yaml", {**SMALL, "rounds": 1})
     assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)[0] == 0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_options_added_after_a_run_started_do_not_block_its_resume_at_their_defaults():
+    """A run started before `local.loop`/`protocol` existed has no such keys; resuming it with the defaults continues,
+    a non-default value of a new option still changes the experiment."""
+    from flsuite.runfolder import check_resume_config, option_defaults
+
+    defaults = option_defaults()
+    assert defaults["local.loop"] == "lean" and defaults["local.lr_milestones"] == []
+    old = {"seed": 0, "local": {"lr": 0.01}}
+    new = {"seed": 0, "local": {"lr": 0.01, "loop": "lean", "lr_milestones": [], "augment": {"hflip": False}}, "protocol": None}
+    assert check_resume_config(yaml.safe_dump(old), yaml.safe_dump(new), "r").blocking == []
+    with pytest.raises(ValueError, match=r"local.loop: \(absent\) -> 'standard'"):
+        check_resume_config(yaml.safe_dump(old), yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}), "r")

@@ -275,9 +275,13 @@ class Benchmark(DataSource):
             # The test cap draws from a fixed stream: with an official test set, every run seed is scored on the same subset.
             data.test_rows = _capped(data.test_rows, self.max_test_per_domain, numpy_rng(0, purpose=f"test_subset/{domain}"))
             out[domain] = data
-        classes = {tuple(d.train_pool.classes) for d in out.values()}
-        if len(classes) != 1:
-            raise DataError(f"suite {self.suite!r}: domains disagree on the classes: {sorted(classes)}")
+        first_domain, first = next(iter(out.items()))
+        for domain, d in out.items():
+            if tuple(d.train_pool.classes) != tuple(first.train_pool.classes):
+                raise DataError(
+                    f"suite {self.suite!r}: domain {domain!r} has classes {list(d.train_pool.classes)}, "
+                    f"domain {first_domain!r} has {list(first.train_pool.classes)}"
+                )
         return out
 
     def _split(self, pool: ImageArrays, rows: np.ndarray, domain: str, pool_name: str) -> Split:

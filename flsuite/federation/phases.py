@@ -211,6 +211,8 @@ class Rounds(Phase):
             "train_loss": sum(r.train_loss * r.num_samples for r in results) / n_total,
             "bytes_down": sum(method.bytes_down(t) for t in tasks),
             "bytes_up": sum(method.bytes_up(r) for r in results),
+            "client_loss": {str(r.client_id): r.train_loss for r in results},
+            "client_steps": {str(r.client_id): r.num_steps for r in results},
             **{f"server/{k}": v for k, v in {**update.metrics, **step_metrics}.items()},
         }
         t_eval = time.perf_counter()

@@ -150,3 +150,15 @@ def test_office_home_classes_come_from_the_folders_and_domain_names_are_mapped(t
     assert list(data.test) == ["art", "clipart", "product", "real_world"]
     with pytest.raises(FileNotFoundError, match="nowhere"):
         Benchmark("office_home", root=tmp_path / "nowhere").build(0)
+
+
+def test_domains_with_different_classes_are_named(tmp_path):
+    rng = np.random.default_rng(2)
+    for domain, classes in (("Art", ("Bike", "Mug")), ("Clipart", ("Bike", "Mug")), ("Product", ("Bike", "Pen")), ("Real World", ("Bike", "Mug"))):
+        for cls in classes:
+            d = tmp_path / domain / cls
+            d.mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(d / f"{i}.jpg")
+    with pytest.raises(DataError, match=r"domain 'product' has classes \['Bike', 'Pen'\], domain 'art' has \['Bike', 'Mug'\]"):
+        Benchmark("office_home", root=tmp_path, image_size=8).build(0)
