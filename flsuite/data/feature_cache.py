@@ -156,8 +156,9 @@ def extract_features(
     else:
         features, done = cached
     missing = index[~done[index]].unique()
+    name = "/".join(str(v) for k, v in sorted((dataset_key or {}).items()) if k in ("dataset", "domain", "split")) or path.name
+    log.info("features %s: %s from cache, %s extracted", name, f"{len(index) - int((~done[index]).sum()):,}", f"{len(missing):,}")
     if len(missing) == 0:
-        log.debug("Feature cache hit %s", path)
         return features[index]
 
     log.info("Extracting %d features with %s -> %s", len(missing), key["encoder"]["encoder"], path)

@@ -176,6 +176,7 @@ class Federation:
             name = type(stage).__name__.lower()
             metrics.update({f"setup/{name}/{k}": v for k, v in result.metrics.items()})
             metrics[f"setup/{name}/seconds"] = time.perf_counter() - start
+            log.info("%s: %s in %.1f s", type(stage).__name__, result.message or ", ".join(f"{k} {v}" for k, v in result.metrics.items()), metrics[f"setup/{name}/seconds"])
             if query is not None:
                 self.executor.set_env(self._env(fed))
         return fed, metrics

@@ -20,6 +20,8 @@ class SetupResult:
 
     data: FederatedData
     metrics: dict[str, float | int] = field(default_factory=dict)
+    #: One line for the console saying what the stage did (e.g. "79,239 embeddings generated").
+    message: str = ""
 
 
 class SetupStage(abc.ABC):

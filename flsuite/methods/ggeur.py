@@ -194,7 +194,8 @@ class GGEUR(SetupStage):
         description = {**data.description, "ggeur": {"mode": "multi" if multi else "single", "generated": n_generated}}
         augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description)
         metrics = {"bytes_up": bytes_up, "bytes_down": bytes_down, "generated": n_generated, "multi_domain": int(multi), "target_per_class": target}
-        return SetupResult(augmented, metrics)
+        sent = f"{bytes_up / 2**20:,.1f} MiB up, {bytes_down / 2**20:,.1f} MiB down"
+        return SetupResult(augmented, metrics, f"{n_generated:,} embeddings generated ({'multi' if multi else 'single'}-domain, T = {target}; {sent})")
 
 
 class ClassStatisticsQuery(ClientQuery):

@@ -197,3 +197,12 @@ def test_row_subsets_fill_one_pool_entry_incrementally(tmp_path: Path) -> None:
     assert len(cache_files(tmp_path)) == 1
     extract_features(encoder, images, rows=[19, 0], cache_dir=tmp_path, dataset_key=KEY)
     assert encoder.images_seen == 20
+
+
+def test_console_says_how_many_features_came_from_the_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    encoder, images = CountingEncoder(), make_images(20)
+    with caplog.at_level("INFO", logger="flsuite.data.feature_cache"):
+        extract_features(encoder, images, rows=range(12), cache_dir=tmp_path, dataset_key=KEY)
+        extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
+    lines = [r.getMessage() for r in caplog.records if "from cache" in r.getMessage()]
+    assert [line.split(": ", 1)[1] for line in lines] == ["0 from cache, 12 extracted", "12 from cache, 8 extracted"]
