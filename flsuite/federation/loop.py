@@ -200,6 +200,9 @@ class Federation:
     def fit(self, resume: Path | None = None, config_yaml: str = "") -> dict[str, object]:
         """Run (or continue) the protocol; returns the final summary. Writes the run folder as it goes."""
         run_dir = self.resolve_run_dir(resume)
+        loaded = load_checkpoint(resume) if resume is not None else None
+        if loaded is not None:  # before anything is built or written: a different experiment stops here
+            check_resume_config(previous_config(loaded.config_yaml, run_dir), config_yaml, resume)
         raw = self.data.build(self.seed)
         self.threads.apply(raw.input_shape)
         self.executor.start(self._env(raw))
@@ -207,7 +210,7 @@ class Federation:
             fed, setup_metrics = self._setup(raw, query=self.executor.query)
             state = FederationState.empty()
             if resume is not None:
-                state = self._resumed_state(resume, fed, config_yaml)
+                state = self._resumed_state(resume, fed, loaded)
             run_dir.mkdir(parents=True, exist_ok=True)
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
@@ -247,9 +250,8 @@ class Federation:
         log.info("run folder: %s", run_dir)
         return summary | {"table": table, "run_dir": str(run_dir)}
 
-    def _resumed_state(self, resume: Path, fed: FederatedData, config_yaml: str) -> FederationState:
-        state = load_checkpoint(resume)
-        check_resume_config(previous_config(state.config_yaml, self.resolve_run_dir(resume)), config_yaml, resume)
+    def _resumed_state(self, resume: Path, fed: FederatedData, state: FederationState) -> FederationState:
+        """The checkpointed state, after checking that it fits this config's model, clients and protocol."""
         if state.phase == 0 and isinstance(self.protocol[0], Rounds) and self.protocol[0].model is None and self.protocol[0].clients is None:
             fresh = self._initial_state(fed)
             expected = {k: tuple(v.shape) for k, v in fresh.global_weights.items()}
