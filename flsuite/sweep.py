@@ -337,14 +337,20 @@ class Sweep:
         return objective_value(json.loads(summary_file.read_text()), self.metric, summary_file)
 
     def requeue_interrupted(self, study: Any) -> list[int]:
-        """Trials left RUNNING by a killed sweep: mark them failed and queue their parameters again."""
+        """Trials left RUNNING by a killed sweep: mark them failed and queue them again, as optuna's
+        RetryFailedTrialCallback does: the parameters sampled so far and the system attributes (a grid trial's
+        grid_id, so GridSampler reruns the same point even when the kill came before any parameter was sampled)."""
+        import optuna
         from optuna.trial import TrialState
 
         requeued = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number}, skip_if_exists=False)
+            study.add_trial(optuna.trial.create_trial(
+                state=TrialState.WAITING, params=t.params, distributions=t.distributions, user_attrs={"retry_of": t.number},
+                system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
+            ))
             requeued.append(t.number)
         return requeued
 
@@ -369,9 +375,11 @@ class Sweep:
             finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
             remaining = max(0, target - finished)
             log.info("sweep %s: %d of %d trials finished; running %d more with %d worker(s)", self.name, finished, target, remaining, self.workers)
-            if remaining:
-                study.optimize(self.objective, n_trials=remaining, n_jobs=self.workers, catch=(TrialFailed, SweepError),
-                               gc_after_trial=False)
+            # Re-queued trials run first and one at a time: optuna's threads can pop the same waiting trial twice.
+            waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            for n_trials, n_jobs in ((min(waiting, remaining), 1), (remaining - min(waiting, remaining), self.workers)):
+                if n_trials:
+                    study.optimize(self.objective, n_trials=n_trials, n_jobs=n_jobs, catch=(TrialFailed, SweepError), gc_after_trial=False)
             self.report(study)
             if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
                 raise SweepError(f"sweep {self.name}: no trial finished; see the logs in {self.out / 'logs'}")

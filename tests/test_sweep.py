@@ -138,13 +138,14 @@ def test_mapping_to_optuna():
 
 FAKE_FIT = '''
 import json, sys, time
+ROUND_S = 0.15  # slow enough for the sweep's poll (0.05 s) to see a round before the next, even on a busy machine
 from pathlib import Path
 args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[2:] if "=" in a)
 run = Path(args["run_dir"]); run.mkdir(parents=True)
 x = float(args["x"])
 with open(run / "metrics.jsonl", "a") as f:
     for r in range(1, 21):
-        f.write(json.dumps({"round": r, "acc_mean": x * r}) + "\\n"); f.flush(); time.sleep(0.05)
+        f.write(json.dumps({"round": r, "acc_mean": x * r}) + "\\n"); f.flush(); time.sleep(ROUND_S)
 (run / "config.yaml").write_text("x: %s\\nrun_dir: %s\\n" % (x, run))
 (run / "summary.json").write_text(json.dumps({"last5/acc_mean": x * 18}))
 '''
@@ -252,3 +253,25 @@ def test_a_resumed_grid_sweep_visits_each_point_once(tmp_path: Path):
     for n in (1, 3, 5):  # three sessions, as after two kills
         study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(n)
     assert sorted(t.params["x"] for t in study.trials) == [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+@pytest.mark.parametrize("sampled", [True, False], ids=["after-sampling", "before-sampling"])
+def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point(tmp_path: Path, sampled: bool):
+    (tmp_path / "flsuite").mkdir()
+    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
+    file = tmp_path / "grid.yaml"
+    values = [0.1, 0.2, 0.3, 0.4]
+    file.write_text(yaml.safe_dump({
+        "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"values": values}},
+        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+    }))
+    first = sw.Sweep(file, tmp_path / "out", poll_s=0.02)
+    first.run(1)
+    killed = first.study().ask()  # left RUNNING, as by a kill (with its grid point assigned)
+    if sampled:
+        killed.suggest_categorical("x", values)
+    study = sw.Sweep(file, tmp_path / "out", workers=2, poll_s=0.02).run(4)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["x"] for t in done) == values
+    retry = next(t for t in done if t.user_attrs.get("retry_of") == killed.number)
+    assert retry.system_attrs["grid_id"] == study.trials[killed.number].system_attrs["grid_id"]
