@@ -21,9 +21,9 @@ Decisions (the same file runs unchanged under `wandb sweep` + `wandb agent`):
   --wandb.tags+=sweep --progress=false` and any flags after `--`, in its own process (OMP_NUM_THREADS=1,
   WANDB_MODE=offline unless set). `--workers` trials run at once. Every trial is a normal run folder.
 - The study lives in `<out>/study.db` (SQLite). Re-running the same command resumes it: finished trials are kept,
-  trials that were running when the sweep was killed are marked failed and re-queued with the same parameters
-  (in a new folder), and the sweep runs until `--trials` trials have finished (default: `run_cap`, or the grid's
-  size). A lock file stops two sweeps from driving one folder at once.
+  trials that were running when the sweep was killed are marked failed and re-queued with the same parameters (a
+  grid trial with its grid point) to run first, in new folders, and the sweep runs until `--trials` trials have
+  finished (default: `run_cap`, or the grid's size). A lock file stops two sweeps from driving one folder at once.
 - Outputs in `<out>`: trials.md / trials.csv (every trial, best first), best.yaml (the best trial's resolved
   config.yaml with run_dir cleared: `flsuite fit --config best.yaml` reruns it), plots/slice.png (the metric against
   each parameter), plots/importance.png and (with ≥ 2 parameters) plots/parallel_coordinate.png (optuna's
