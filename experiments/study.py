@@ -23,6 +23,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,12 @@ def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(base)]
     for path in filter(None, overlay.split(",")):
         cmd += ["--config", path]
-    return cmd + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false", *extra]
+    common = ["--seed", str(seed), "--progress", "false", "--wandb.enabled", "false", *extra]
+    if (run_dir / "checkpoints" / "last.pt").is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
+        return cmd + ["--resume", str(run_dir), *common]
+    if run_dir.exists():  # started but never checkpointed: nothing to keep
+        shutil.rmtree(run_dir)
+    return cmd + ["--run_dir", str(run_dir), *common]
 
 
 def run(cmd: list[str], log: Path, parallel: int = 1) -> int:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from flsuite.interrupts import RunInterrupted
+from flsuite.metrics import summary_prefix
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,13 @@ class Tracker:
             import wandb
 
             self.wandb_run.summary.update({k: v for k, v in summary.items() if v is not None})
-            rows = [[d, summary.get(f"last5/acc/{d}"), summary.get(f"last/acc/{d}")] for d in domains]
-            final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=["domain", "last5_avg", "last"], data=rows)}
+            try:
+                prefix = summary_prefix(summary)  # last{k}/, k = last_k
+            except KeyError:  # no evaluated round
+                prefix = "last/"
+            rows = [[d, summary.get(f"{prefix}acc/{d}"), summary.get(f"last/acc/{d}")] for d in domains]
+            columns = ["domain", f"{prefix.rstrip('/')}_avg", "last"]
+            final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=columns, data=rows)}
             if png.is_file():
                 final["convergence"] = wandb.Image(str(png))
             self.wandb_run.log(final)

@@ -50,3 +50,29 @@ def test_run_labels_name_the_method_with_its_setup_stages_and_the_dataset():
         suite = "pacs"
 
     assert run_labels(FedProx(), Suite())["dataset"] == "pacs"
+
+
+def test_the_final_wandb_table_follows_last_k(tmp_path, monkeypatch):
+    """The per-domain W&B table uses the run's last_k (not a hard-coded 5)."""
+    import json as _json
+
+    from tests.helpers import head_federation
+    from flsuite.tracking import WandbConfig
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    logged = {}
+    import wandb
+
+    real_log = wandb.sdk.wandb_run.Run.log
+
+    def spy(self, data, *a, **k):
+        if "final_per_domain" in data:
+            logged["table"] = data["final_per_domain"]
+        return real_log(self, data, *a, **k)
+
+    monkeypatch.setattr(wandb.sdk.wandb_run.Run, "log", spy)
+    summary = head_federation(tmp_path, rounds=3, last_k=2, wandb=WandbConfig(enabled=True)).fit()
+    table = logged["table"]
+    assert table.columns == ["domain", "last2_avg", "last"]
+    assert [row[1] for row in table.data] == [summary[f"last2/acc/{d}"] for d in ("domain0", "domain1")]
+    assert _json.loads((tmp_path / "summary.json").read_text())["last2/rounds"] == 2
