@@ -85,7 +85,9 @@ def environment_info(seed: int) -> dict[str, Any]:
         versions["flsuite"] = version("flsuite")
     except Exception:  # running from a source tree that is not installed
         versions["flsuite"] = "source"
-    return {"seed": seed, "versions": versions, "platform": platform.platform(), "argv": sys.argv}
+    from flsuite.runtime import thread_counts
+
+    return {"seed": seed, "versions": versions, "platform": platform.platform(), "argv": sys.argv, "threads": thread_counts()}
 
 
 #: W&B exit codes: 0 = finished, 1 = failed (an error stopped the run), 255 = interrupted (Ctrl-C; W&B's own

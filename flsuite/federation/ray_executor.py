@@ -17,7 +17,7 @@ import os
 import traceback
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.executors import ClientFailure, Executor
@@ -43,11 +43,15 @@ def _import_ray():
 class _ClientWorker:
     """A Ray actor that keeps the run's environment and runs one client task per call."""
 
-    def __init__(self, env: ClientEnvironment, torch_threads: int) -> None:
-        import torch
+    def __init__(self, env: ClientEnvironment, torch_threads: int | Literal["auto"]) -> None:
+        if torch_threads != 0:  # 0: leave torch's default
+            import ray
 
-        if torch_threads > 0:
-            torch.set_num_threads(torch_threads)
+            from flsuite.runtime import ThreadPolicy
+
+            # The worker's share of the cores is the CPUs Ray assigned it (cpus_per_client), not the machine's.
+            cores = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
+            ThreadPolicy(intra_op=torch_threads).apply(env.data.input_shape, cores=cores)
         self.env = env
 
     def ready(self) -> int:
@@ -82,7 +86,9 @@ class RayExecutor(Executor):
         cpus_per_client: CPUs reserved per worker.
         gpus_per_client: GPUs reserved per worker (fractions share a GPU); set `local.accelerator: gpu` to use them.
         max_retries: Extra attempts for a client task that raises or whose worker dies.
-        torch_threads: Threads each worker's torch uses for intra-op parallelism (0: leave torch's default).
+        torch_threads: Intra-op threads of each worker's torch: "auto" (`flsuite.runtime.ThreadPolicy` over the
+            worker's `cpus_per_client`: 1 for heads on feature vectors, `floor(cpus_per_client)` for image models),
+            a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
     """
 
     def __init__(
@@ -93,7 +99,7 @@ class RayExecutor(Executor):
         cpus_per_client: float = 1.0,
         gpus_per_client: float = 0.0,
         max_retries: int = 1,
-        torch_threads: int = 1,
+        torch_threads: int | Literal["auto"] = "auto",
     ) -> None:
         super().__init__(max_retries=max_retries)
         if num_workers is not None and num_workers < 1:
@@ -102,8 +108,8 @@ class RayExecutor(Executor):
             raise ValueError("RayExecutor cpus_per_client and gpus_per_client must be >= 0")
         if num_cpus is not None and address is not None:
             raise ValueError("RayExecutor num_cpus applies to a local Ray only (address: null)")
-        if torch_threads < 0:
-            raise ValueError(f"RayExecutor torch_threads must be >= 0, got {torch_threads}")
+        if torch_threads != "auto" and (not isinstance(torch_threads, int) or torch_threads < 0):
+            raise ValueError(f"RayExecutor torch_threads must be 'auto' or an integer >= 0, got {torch_threads!r}")
         self.address, self.num_cpus, self.num_workers = address, num_cpus, num_workers
         self.cpus_per_client, self.gpus_per_client, self.torch_threads = cpus_per_client, gpus_per_client, torch_threads
         self._owns_ray = False
