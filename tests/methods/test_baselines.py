@@ -326,4 +326,5 @@ def test_config_overlays_parse(tmp_path, capsys, overlay):
     method = yaml.safe_load(capsys.readouterr().out)["method"]
     expected = yaml.safe_load(overlay.read_text())["method"]
     assert method["class_path"] == expected["class_path"]
-    assert method["init_args"] | expected["init_args"] == method["init_args"]  # every overlay value was applied
+    applied = method.get("init_args", {})
+    assert applied | expected.get("init_args", {}) == applied  # every overlay value was applied
