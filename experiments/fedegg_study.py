@@ -1,0 +1,191 @@
+"""FedEGG's studies on the CPU setting (configs/fedegg/cpu): Table 2/3 analog, guidance levels, τ sweep, convergence.
+
+    OMP_NUM_THREADS=1 nice -n 10 python experiments/fedegg_study.py --study table --seeds 0
+    ... --study levels | --study tau | --study convergence (a PNG from the table study's runs)
+
+Every run is the configs' run (`flsuite fit --config configs/fedegg/cpu/mnist_dir0.1.yaml [--config <method>]
+[--config configs/fedegg/with_fedegg.yaml]`, parsed by the CLI's own parser, its resolved YAML in the run folder),
+except that the data is built once per (setting, seed) and each guiding set once, and handed to the runs in memory:
+the benchmark embeds per client, and each client's cache read/write touches the whole 60,000-image pool's cache file.
+Runs go to runs/fedegg/<study>/<setting>/<variant>/seed<k> and are skipped when their summary.json exists.
+Accuracy = the global model's test accuracy averaged over the last 10 rounds (T/6, the paper's last 50 of 300, A14).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+from flsuite.cli import build_federation, fit_parser, resolved_config_yaml
+from flsuite.data.base import DataSource, FederatedData
+from flsuite.federation.server import PublicData
+
+BASE = "configs/fedegg/cpu/mnist_dir0.1.yaml"
+SETTINGS = {"dir0.1": [], "dir10": ["configs/fedegg/cpu/dir10.yaml"]}
+METHODS = {
+    "FedAvg": [],
+    "SCAFFOLD": ["configs/baselines/scaffold.yaml"],
+    "FedProx": ["configs/baselines/fedprox.yaml"],
+    "FedNova": ["configs/baselines/fednova.yaml"],
+    "FedDyn": ["configs/baselines/feddyn.yaml"],
+    "FedDC": ["configs/baselines/feddc.yaml"],
+}
+LEVELS = {"LH": "configs/fedegg/with_fedegg.yaml", "MH": "configs/fedegg/with_fedegg_mh.yaml", "HH": "configs/fedegg/with_fedegg_hh.yaml"}
+LAST = 10
+
+
+class Prebuilt(DataSource):
+    """Data built once, handed to several runs (the study's cache)."""
+
+    def __init__(self, data: FederatedData) -> None:
+        self.data = data
+
+    def build(self, seed: int) -> FederatedData:
+        return self.data
+
+
+def prewarm(bench, seed: int) -> None:
+    """Embed every row a build will ask for in one cache write per pool (the build then reads it per client)."""
+    for domain, dd in bench.load_domains(seed).items():
+        bench._split(dd.train_pool, dd.train_rows, domain, dd.pools[0])
+        bench._split(dd.test_pool, dd.test_rows, domain, dd.pools[1])
+
+
+_data: dict[tuple[str, int], FederatedData] = {}
+_guiding: dict[str, FederatedData] = {}
+
+
+def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: float | None):
+    parser = fit_parser()
+    argv = [a for c in configs for a in ("--config", c)] + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false"]
+    cfg = parser.parse_args(argv)
+    if tau is not None:  # a fixed τ (the sweep), in the resolved config too
+        cfg.server_steps[0].init_args.tau = tau
+    fed = build_federation(parser, cfg)
+    if (setting, seed) not in _data:
+        prewarm(fed.data, seed)
+        _data[(setting, seed)] = fed.data.build(seed)
+    fed.data = Prebuilt(_data[(setting, seed)])
+    for step in fed.server_steps:
+        key = next((lv for lv, path in LEVELS.items() if path in configs), "")
+        if key not in _guiding:
+            for source in step.data.source.sources.values():
+                prewarm(source, step.data.source.seed)
+            _guiding[key] = step.data.source.build(seed)
+        step.data = PublicData(Prebuilt(_guiding[key]))
+    return fed, resolved_config_yaml(parser, cfg)
+
+
+def run(study: str, setting: str, label: str, configs: list[str], seed: int, tau: float | None = None) -> Path:
+    run_dir = Path("runs/fedegg") / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
+    if not (run_dir / "summary.json").is_file():
+        t0 = time.time()
+        fed, yaml = federation([BASE, *SETTINGS[setting], *configs], seed, run_dir, setting, tau)
+        fed.fit(config_yaml=yaml)
+        print(f"{study} {setting} {label} seed{seed}: {time.time() - t0:.0f}s", flush=True)
+    return run_dir
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def last_acc(run_dir: Path) -> float:
+    hist = [r for r in records(run_dir) if "acc_mean" in r]
+    return sum(r["acc_mean"] for r in hist[-LAST:]) / len(hist[-LAST:])
+
+
+def mean_std(values: list[float]) -> str:
+    m = sum(values) / len(values)
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else float("nan")
+    return f"{m:.2f}" if len(values) == 1 else f"{m:.2f} ± {s:.2f}"
+
+
+def fedegg_log(run_dir: Path) -> tuple[float, int]:
+    hist = records(run_dir)
+    return hist[0]["server/fedegg/tau"], sum(r["server/fedegg/gate"] for r in hist)
+
+
+def table(seeds: list[int]) -> str:
+    lines = ["| method | Dir(0.1) | + FedEGG-LH | Δ | Dir(10) | + FedEGG-LH | Δ |", "|---|---|---|---|---|---|---|"]
+    for name, overlay in METHODS.items():
+        row = [name]
+        for setting in SETTINGS:
+            plain = [last_acc(run("table", setting, name, overlay, s)) for s in seeds]
+            guided = [last_acc(run("table", setting, f"{name} + LH", [*overlay, LEVELS["LH"]], s)) for s in seeds]
+            delta = [g - p for g, p in zip(guided, plain)]
+            row += [mean_std(plain), mean_std(guided), f"{sum(delta) / len(delta):+.2f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def levels(seeds: list[int]) -> str:
+    lines = ["| variant | test acc (last 10) | τ (Eq. 3) | rounds guided |", "|---|---|---|---|"]
+    plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
+    lines.append(f"| FedAvg | {mean_std(plain)} | – | – |")
+    for level, overlay in LEVELS.items():
+        dirs = [run("table" if level == "LH" else "levels", "dir0.1", f"FedAvg + {level}", [overlay], s) for s in seeds]
+        logs = [fedegg_log(d) for d in dirs]
+        lines.append(f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | {mean_std([float(g) for _, g in logs])} |")
+    return "\n".join(lines)
+
+
+def tau_sweep(seeds: list[int], taus: list[float]) -> str:
+    eq3 = [fedegg_log(run("table", "dir0.1", "FedAvg + LH", [LEVELS["LH"]], s))[0] for s in seeds]
+    lines = [f"Eq. 3's τ (LH, Dir(0.1)): {mean_std(eq3)}", "", "| τ | test acc (last 10) | rounds guided |", "|---|---|---|"]
+    plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
+    lines.append(f"| −∞ (FedAvg) | {mean_std(plain)} | 0 |")
+    points = sorted([(t, False) for t in taus] + [(sum(eq3) / len(eq3), True)])
+    for tau, is_eq3 in points:
+        if is_eq3:
+            dirs = [run("table", "dir0.1", "FedAvg + LH", [LEVELS["LH"]], s) for s in seeds]
+        else:
+            dirs = [run("tau", "dir0.1", f"tau{tau:+.2f}", [LEVELS["LH"]], s, tau) for s in seeds]
+        guided = [float(fedegg_log(d)[1]) for d in dirs]
+        mark = " **(Eq. 3)**" if is_eq3 else ""
+        lines.append(f"| {tau:+.2f}{mark} | {mean_std([last_acc(d) for d in dirs])} | {mean_std(guided)} |")
+    return "\n".join(lines)
+
+
+def convergence(seed: int, out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, setting in zip(axes, SETTINGS):
+        for label, overlay in (("FedAvg", []), ("FedAvg + LH", [LEVELS["LH"]])):
+            hist = records(run("table", setting, label, overlay, seed))
+            ax.plot([r["round"] for r in hist], [r["train_loss"] for r in hist], label=label)
+            if label != "FedAvg":
+                guided = [r["round"] for r in hist if r["server/fedegg/gate"]]
+                ax.scatter(guided, [0.02] * len(guided), marker="|", color="C1", label="guiding ran")
+        ax.set_title(f"MNIST {setting.replace('dir', 'Dir(')}), seed {seed}")
+        ax.set_xlabel("round")
+        ax.set_yscale("log")
+        ax.legend()
+    axes[0].set_ylabel("FL training loss (mean of clients' mini-batch losses)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--study", choices=["table", "levels", "tau", "convergence"], required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--taus", type=float, nargs="+", default=[-3.0, -2.0, -1.0, 0.0, 1.0])
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    if args.study == "convergence":
+        convergence(args.seeds[0], args.out)
+        return
+    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus)}[args.study](args.seeds)
+    taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
+    command = f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} --seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
+    args.out.write_text(f"<!-- regenerate: {command} -->\n{body}\n")
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
