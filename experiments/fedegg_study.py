@@ -165,7 +165,7 @@ def convergence(seed: int, out: Path) -> None:
         ax.set_xlabel("round")
         ax.set_yscale("log")
         ax.legend()
-    axes[0].set_ylabel("FL training loss (mean of clients' mini-batch losses)")
+    axes[0].set_ylabel("FL training loss")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
