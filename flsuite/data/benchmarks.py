@@ -301,9 +301,12 @@ class Benchmark(DataSource):
         first = next(iter(domains.values())).train_pool
         labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}
         clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
-        # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000).
+        # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000), once per
+        # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per client).
+        used = {d: np.unique(np.concatenate([domains[d].train_rows[c.indices] for c in clients if c.domain == d])) for d in dict.fromkeys(c.domain for c in clients)}
+        embedded = {d: self._split(domains[d].train_pool, rows, d, domains[d].pools[0]) for d, rows in used.items()}
         client_data = [
-            ClientData(i, c.domain, self._split(domains[c.domain].train_pool, domains[c.domain].train_rows[c.indices], c.domain, domains[c.domain].pools[0]))
+            ClientData(i, c.domain, embedded[c.domain].subset(np.searchsorted(used[c.domain], domains[c.domain].train_rows[c.indices])))
             for i, c in enumerate(clients)
         ]
         test = {d: self._split(dd.test_pool, dd.test_rows, d, dd.pools[1]) for d, dd in domains.items()}
