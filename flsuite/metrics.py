@@ -27,6 +27,7 @@ def accuracy(model: nn.Module, split: Split, num_classes: int, batch_size: int =
     """Top-1 accuracy (%) of `model` on `split`."""
     metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(device)
     was_training = model.training
+    model.to(device)  # eval_device: the global model is kept on the CPU between rounds
     model.eval()
     for i in range(0, len(split), batch_size):
         x = split.x[i : i + batch_size].to(device)

@@ -241,6 +241,8 @@ class Federation:
                 summary = final_summary(records, self.last_k, self.target_acc)
                 for name, totals in state.outputs.get("queries", {}).items():
                     summary.update({f"query/{name}/{k}": v for k, v in totals.items()})
+                for phase in self.protocol:
+                    summary.update(phase.summary_extras(state))
                 table = domain_table(summary, fed.domains, self.last_k) if summary else ""
                 tracker.finish(summary, table, records, fed.domains)
             finally:

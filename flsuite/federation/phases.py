@@ -104,6 +104,10 @@ class Phase(abc.ABC):
         """This phase's evaluated records, under the un-prefixed metric names (for the final summary)."""
         return []
 
+    def summary_extras(self, state: FederationState) -> dict[str, Any]:
+        """Numbers this phase adds to the final summary (e.g. its communication and time per stage)."""
+        return {}
+
 
 @dataclass
 class _Round:

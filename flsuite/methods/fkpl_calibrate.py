@@ -221,6 +221,11 @@ class Calibrate(FKPLPhase):
         old = json.loads(path.read_text()) if path.is_file() else {}
         ctx.tracker.log_setup({**old, **{f"fkpl/{k}": v for k, v in cost.items()}})
 
+    def summary_extras(self, state) -> dict[str, Any]:
+        """Tables 9–10 in summary.json: the per-stage counts of this phase's record (wall times: timings.jsonl)."""
+        record = next((r for r in reversed(state.history) if r.get("phase") == self.name), {})
+        return {f"fkpl/{k}": v for k, v in record.items() if k.startswith(("stage0/", "stage1/", "stage2/"))}
+
     def summary_records(self, history) -> list[dict[str, Any]]:
         if self.fkpl.head == "federated":
             n = len("head/")

@@ -195,6 +195,7 @@ def test_only_prototypes_and_virtual_features_leave_a_client_in_stage2(tmp_path)
     last = records(tmp_path)[-1]
     assert last["phase"] == "calibrate" and last["stage2/scalars_up/virtual_features"] == 2 * samples * d_v
     assert last["stage2/bytes_up"] == summary["query/fkpl/prototypes/bytes_up"] + summary["query/fkpl/virtual/bytes_up"]
+    assert summary["fkpl/stage2/bytes_up"] == last["stage2/bytes_up"] and summary["fkpl/stage0/bytes_up"] > 0  # Table 9 in summary.json
     assert summary["last5/acc_mean"] == last["acc_mean"] and "acc_std_sample" in last
     setup = json.loads((tmp_path / "setup.json").read_text())
     assert setup["fkpl/stage0/bytes_up"] == 6 * 16 * 3 * 4 and setup["fkpl/stage2/time/head_fit_s"] > 0
