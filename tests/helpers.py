@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
 from flsuite.federation.loop import Federation
@@ -62,3 +63,48 @@ class ExplodingFedAvg(FedAvg):
     """FedAvg whose client 0 diverges in round 2."""
 
     client_module = Exploding
+
+
+#: A small command-line config (a linear head on two flattened UCI-digit domains), for `flsuite fit` tests.
+SMALL_CONFIG: dict[str, Any] = {
+    "name": "cli-test",
+    "rounds": 3,
+    "seed": 5,
+    "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "rotated"], "flatten": True}},
+    "model": {"class_path": "flsuite.models.heads.Linear"},
+    "local": {"epochs": 1, "batch_size": 32, "lr": 0.05},
+    "progress": False,
+    "wandb": {"enabled": False},
+}
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """`flsuite <args>` in this process: (exit status, stdout, stderr)."""
+    from flsuite.cli import main
+
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def killed_and_resumed(tmp_path: Path, crash_round: int, **kwargs: Any):
+    """Run `head_federation(**kwargs)` once through, and once killed when round `crash_round` starts and then resumed;
+    assert the checkpoint held the round before and the resumed `metrics.jsonl` equals the uninterrupted one.
+    Returns both final checkpoints (uninterrupted, resumed) for state comparisons."""
+    import pytest
+
+    from flsuite.federation.checkpoint import load_checkpoint
+    from tests.test_federation import CrashAtRound
+
+    head_federation(tmp_path / "full", **kwargs).fit()
+    with pytest.raises(KeyboardInterrupt):
+        head_federation(tmp_path / "killed", executor=CrashAtRound(crash_round), **kwargs).fit()
+    assert load_checkpoint(tmp_path / "killed").round == crash_round - 1
+    head_federation(None, **kwargs).fit(resume=tmp_path / "killed")
+    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+    return load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")

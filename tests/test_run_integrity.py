@@ -19,35 +19,14 @@ import pytest
 import torch
 import yaml
 
-from flsuite.cli import main
 from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.tracking import WandbConfig
-from tests.helpers import head_federation
+from tests.helpers import SMALL_CONFIG, head_federation, run_cli, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALL = {
-    "name": "integrity",
-    "rounds": 3,
-    "seed": 5,
-    "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "rotated"], "flatten": True}},
-    "model": {"class_path": "flsuite.models.heads.Linear"},
-    "local": {"epochs": 1, "batch_size": 32, "lr": 0.05},
-    "progress": False,
-    "wandb": {"enabled": False},
-}
-
-
-def write_config(path: Path, cfg: dict) -> Path:
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
+SMALL = {**SMALL_CONFIG, "name": "integrity"}
 
 
 def cli_env(**extra: str) -> dict[str, str]:

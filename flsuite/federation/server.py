@@ -143,8 +143,7 @@ class ServerFinetune(ServerStep):
         module = ClientModule(model, None, local, ClientTask(ctx.round, -1, ctx.seed_for(self.name), weights))  # type: ignore[arg-type]
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
         ctx.fit(module, batches, purpose=self.name)
-        loss = float(module._loss_sum) / max(module.num_steps, 1)
-        return ServerUpdate(clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": loss, "steps": module.num_steps})
+        return ServerUpdate(clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": module.mean_loss, "steps": module.num_steps})
 
 
 def run_server_steps(steps: Sequence[ServerStep], ctx: ServerContext, weights: Weights, states: Sequence[State]) -> tuple[Weights, list[State], dict[str, Any]]:

@@ -119,18 +119,22 @@ class ClientModule(L.LightningModule):
         """This client's state for its next round; by default unchanged."""
         return self.task.state
 
+    @property
+    def mean_loss(self) -> float:
+        """The mean mini-batch loss of this fit so far (float64 sum over steps / steps)."""
+        return float(self._loss_sum) / max(self.num_steps, 1)
+
     # ---- result ----------------------------------------------------------------------------------------------
     def result(self, num_samples: int) -> ClientResult:
         """Package the fit's outcome for the server (weights on the CPU)."""
         weights: Weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        mean_loss = float(self._loss_sum) / max(self.num_steps, 1)
         return ClientResult(
             client_id=self.task.client_id,
             num_samples=num_samples,
             weights=weights,
             upload=self.upload(),
             state=self.next_state(),
-            train_loss=mean_loss,
+            train_loss=self.mean_loss,
             num_steps=self.num_steps,
         )
 

@@ -87,7 +87,7 @@ def fit_head(server: ServerContext, split: Split, num_classes: int, fkpl: Any, p
     module = ClientModule(model, None, local, ClientTask(0, -1, server.seed_for(purpose), {}))  # type: ignore[arg-type]
     server.fit(module, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), purpose=purpose)
     w = clone_weights(model.state_dict())
-    return {"weight": w["1.weight"], "bias": w["1.bias"]}, float(module._loss_sum) / max(module.num_steps, 1)
+    return {"weight": w["1.weight"], "bias": w["1.bias"]}, module.mean_loss
 
 
 class FederatedHead(FedAvg):

@@ -27,7 +27,6 @@ from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold, effective_steps
 from flsuite.models.heads import MLP, Linear
 from flsuite.models.representation import forward_with_representation, logits_as_representation
-from tests.test_federation import CrashAtRound
 from tests.helpers import head_federation
 
 
@@ -238,14 +237,9 @@ def test_scaffold_and_feddyn_beat_fedavg_under_client_drift(tmp_path):
 def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
     from flsuite.federation.loop import ClientSampling
 
-    kw = dict(rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())
-    head_federation(tmp_path / "full", **kw).fit()
-    with pytest.raises(KeyboardInterrupt):
-        head_federation(tmp_path / "killed", executor=CrashAtRound(3), **kw).fit()
-    assert load_checkpoint(tmp_path / "killed").round == 2
-    head_federation(None, **kw).fit(resume=tmp_path / "killed")
-    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
-    a, b = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")
+    from tests.helpers import killed_and_resumed
+
+    a, b = killed_and_resumed(tmp_path, 3, rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())
     assert same_weights(a.global_weights, b.global_weights)
     assert same_weights(a.server_state["c"], b.server_state["c"])
     for k in a.client_states:

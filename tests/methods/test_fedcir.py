@@ -185,16 +185,9 @@ def test_serial_equals_ray(tmp_path):
 def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     """The generator, its Adam moments and μ_g, σ_g survive a checkpoint (weights_only load): a run killed in
     round 3 and resumed equals the uninterrupted run."""
-    from tests.test_federation import CrashAtRound
+    from tests.helpers import killed_and_resumed
 
-    kw = dict(rounds=4, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
-    head_federation(tmp_path / "full", **kw).fit()
-    with pytest.raises(KeyboardInterrupt):
-        head_federation(tmp_path / "killed", executor=CrashAtRound(3), **kw).fit()
-    assert load_checkpoint(tmp_path / "killed").round == 2
-    head_federation(None, **kw).fit(resume=tmp_path / "killed")
-    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
-    a, b = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")
+    a, b = killed_and_resumed(tmp_path, 3, rounds=4, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
     assert same(a.global_weights, b.global_weights) and same(a.server_state["generator"], b.server_state["generator"])
 
 
