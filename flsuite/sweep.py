@@ -222,12 +222,42 @@ def objective_value(summary: Mapping[str, Any], metric: str, where: Path) -> flo
 
 
 # ---- optuna ----------------------------------------------------------------------------------------------------------
+def grid_sampler(space: Mapping[str, Sequence[Any]], seed: int):
+    """optuna's GridSampler, with grid points handed out one at a time under a lock.
+
+    GridSampler gives trial n < grid size the point n and picks later trials' points at random among those not yet
+    taken; with `--workers 2` a trial created before its neighbour had its point could draw the same one (measured:
+    0.1 twice, 0.2 never, in 2 of 5 runs). Here a new trial takes the first point (in the seeded shuffled order) that
+    no trial holds, read and written under one lock; `flsuite sweep`'s lock file keeps a study to one process."""
+    import threading
+
+    import optuna
+    from optuna.trial import TrialState
+
+    class LockedGridSampler(optuna.samplers.GridSampler):
+        _lock = threading.Lock()
+
+        def before_trial(self, study, trial):
+            if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
+                return  # a re-queued trial keeps its point
+            with self._lock:
+                held = {t.system_attrs["grid_id"] for t in study._storage.get_all_trials(study._study_id, deepcopy=False)
+                        if "grid_id" in t.system_attrs and self._same_search_space(t.system_attrs["search_space"])
+                        and (t.state != TrialState.FAIL or not t.user_attrs.get("interrupted"))}
+                free = [g for g in range(len(self._all_grids)) if g not in held]
+                if not free:  # every point done or running: optuna's behaviour (re-evaluate one, then stop)
+                    return super().before_trial(study, trial)
+                study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
+                study._storage.set_trial_system_attr(trial._trial_id, "grid_id", free[0])
+
+    return LockedGridSampler(dict(space), seed=seed)
+
+
 def sampler_for(cfg: Mapping[str, Any], seed: int):
     import optuna
 
     if cfg["method"] == "grid":
-        space = {k: s["values"] for k, s in cfg["parameters"].items() if "values" in s}
-        return optuna.samplers.GridSampler(space, seed=seed)
+        return grid_sampler({k: s["values"] for k, s in cfg["parameters"].items() if "values" in s}, seed)
     if cfg["method"] == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
