@@ -17,8 +17,12 @@ Decisions:
   so summaries written before that became the summary's own arithmetic compare on the same footing.
 - Rounds to target: the first round whose acc_mean reaches `--target` (from metrics.jsonl), else the runs' own
   `target_acc` from their summary; shown as the mean over the runs that reached it and how many did.
-- Bytes per round: mean over rounds of metrics.jsonl's `bytes_up`/`bytes_down` (the whole round's traffic); time
-  per round: mean of timings.jsonl's `time/round_s`. Both averaged over runs.
+- Bytes per round: mean over the round records of every `Rounds` phase (a record with `<prefix>clients` and
+  `<prefix>bytes_up`: plain rounds, FKPL's `expert<v>/` rounds) of their `bytes_up`/`bytes_down` (the whole round's
+  traffic); time per round: mean of those phases' `<prefix>time/round_s` (timings.jsonl). Bytes per run: the run's
+  whole traffic — every round record, every client query (`query/<name>/bytes_*` in summary.json) and the setup
+  stages' exchanges (`setup/<stage>/bytes_*` in setup.json, GGEUR's statistics) — so a protocol whose rounds are
+  not its only traffic (FKPL's Stage 0 and Stage II uploads) is counted whole. All averaged over runs.
 - Convergence: acc_mean per round, the mean over runs as a line and mean ± std over runs shaded, every group on one
   PNG, over the rounds all of a group's runs evaluated.
 """
@@ -54,6 +58,7 @@ class Run:
     history: list[dict[str, Any]]
     timings: list[dict[str, Any]]
     config: dict[str, Any]
+    setup: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -84,7 +89,9 @@ def load_run(path: Path) -> Run:
         raise ValueError(f"{summary_file}: {err.args[0]}") from None
     config_file = path / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), config or {})
+    setup_file = path / "setup.json"
+    setup = json.loads(setup_file.read_text()) if setup_file.is_file() else {}
+    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), config or {}, setup)
 
 
 def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
@@ -164,6 +171,8 @@ class GroupStats:
     target: float | None = None
     bytes_up: list[float] = field(default_factory=list)
     bytes_down: list[float] = field(default_factory=list)
+    run_bytes_up: list[float] = field(default_factory=list)
+    run_bytes_down: list[float] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
 
 
@@ -176,6 +185,29 @@ def domain_std(summary: Mapping[str, Any]) -> tuple[float, float | None]:
     prefix = summary_prefix(summary)
     values = np.array([float(v) for k, v in summary.items() if k.startswith(prefix + ACC_PREFIX)], dtype=np.float64)
     return float(values.std(ddof=0)), (float(values.std(ddof=1)) if len(values) > 1 else None)
+
+
+def round_prefixes(record: Mapping[str, Any]) -> list[str]:
+    """The metric prefixes under which `record` holds a round of a `Rounds` phase ("" for plain rounds)."""
+    return [k.removesuffix("clients") for k in record
+            if (k == "clients" or k.endswith("/clients")) and f"{k.removesuffix('clients')}bytes_up" in record]
+
+
+def round_traffic(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(bytes up, bytes down) of every round of every `Rounds` phase, in record order."""
+    return [(float(r[f"{p}bytes_up"]), float(r.get(f"{p}bytes_down", 0))) for r in history for p in round_prefixes(r)]
+
+
+def run_traffic(run: Run) -> tuple[float, float]:
+    """Everything the run communicated: its rounds, its client queries and its setup stages' exchanges."""
+    rounds = round_traffic(run.history)
+    up, down = sum(u for u, _ in rounds), sum(d for _, d in rounds)
+    for source, first in ((run.summary, "query"), (run.setup, "setup")):
+        for key, value in source.items():
+            parts = key.split("/")
+            if len(parts) >= 3 and parts[0] == first and parts[-1] in ("bytes_up", "bytes_down"):
+                up, down = (up + value, down) if parts[-1] == "bytes_up" else (up, down + value)
+    return float(up), float(down)
 
 
 def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:
@@ -205,11 +237,14 @@ def group_stats(label: str, runs: Sequence[Run], target: float | None = None) ->
         if run_target is not None:
             g.target = float(run_target)
             g.rounds_to_target.append(first_round_reaching(run.history, float(run_target)))
-        traffic = [r for r in run.history if "bytes_up" in r]
+        traffic = round_traffic(run.history)
         if traffic:
-            g.bytes_up.append(float(np.mean([r["bytes_up"] for r in traffic])))
-            g.bytes_down.append(float(np.mean([r.get("bytes_down", 0) for r in traffic])))
-        times = [t["time/round_s"] for t in run.timings if "time/round_s" in t]
+            g.bytes_up.append(float(np.mean([u for u, _ in traffic])))
+            g.bytes_down.append(float(np.mean([d for _, d in traffic])))
+        total_up, total_down = run_traffic(run)
+        g.run_bytes_up.append(total_up)
+        g.run_bytes_down.append(total_down)
+        times = [v for t in run.timings for k, v in t.items() if k == "time/round_s" or k.endswith("/time/round_s")]
         if times:
             g.round_s.append(float(np.mean(times)))
     return g
@@ -264,7 +299,7 @@ class Comparison:
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
         targets = {g.target for g in self.groups if g.target is not None}
         target = f"rounds to {targets.pop():g}%" if len(targets) == 1 else "rounds to target"
-        header = ["method", "last-k", target, "bytes up / round", "bytes down / round", "s / round"]
+        header = ["method", "last-k", target, "bytes up / round", "bytes down / round", "bytes up / run", "bytes down / run", "s / round"]
         rows = []
         for g in self.groups:
             averaged = min(g.rounds_averaged)
@@ -272,6 +307,7 @@ class Comparison:
             rows.append([g.label, k, _rounds_cell(g),
                          human_bytes(float(np.mean(g.bytes_up))) if g.bytes_up else "—",
                          human_bytes(float(np.mean(g.bytes_down))) if g.bytes_down else "—",
+                         human_bytes(float(np.mean(g.run_bytes_up))), human_bytes(float(np.mean(g.run_bytes_down))),
                          f"{np.mean(g.round_s):.2f}" if g.round_s else "—"])
         return header, rows
 

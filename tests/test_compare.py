@@ -18,7 +18,7 @@ def make_run(path: Path, accs: list[dict[str, float]], last_k: int, bytes_up: li
     path.mkdir(parents=True)
     history = []
     for i, acc in enumerate(accs):
-        record = {"round": i + 1, **domain_summary(acc), "bytes_down": 1024}
+        record = {"round": i + 1, "clients": [0, 1], **domain_summary(acc), "bytes_down": 1024}
         if bytes_up:
             record["bytes_up"] = bytes_up[i]
         history.append(record)
@@ -61,9 +61,35 @@ def test_study_a_numbers_by_hand(studies: Path):
     assert rows[1] == ["fedprox", "85.00", "65.00", "75.00", "10.00", "14.14", "1"]
     header, rows = c.cost_rows()
     assert header[2] == "rounds to 55%"
-    # fedavg: seed 0 reaches 55 in round 3, seed 1 never; bytes up 200 and 400 per round -> 300 B; 2 s and 4 s -> 3 s
-    assert rows[0] == ["fedavg", "2", "3.0 (1/2)", "300 B", "1.0 KiB", "3.00"]
-    assert rows[1] == ["fedprox", "2", "1.0 (1/1)", "20 B", "1.0 KiB", "0.50"]
+    # fedavg: seed 0 reaches 55 in round 3, seed 1 never; bytes up 200 and 400 per round -> 300 B; per run 600 and
+    # 1200 -> 900 B up, 3 x 1 KiB down; 2 s and 4 s -> 3 s
+    assert header[3:] == ["bytes up / round", "bytes down / round", "bytes up / run", "bytes down / run", "s / round"]
+    assert rows[0] == ["fedavg", "2", "3.0 (1/2)", "300 B", "1.0 KiB", "900 B", "3.0 KiB", "3.00"]
+    assert rows[1] == ["fedprox", "2", "1.0 (1/1)", "20 B", "1.0 KiB", "40 B", "2.0 KiB", "0.50"]
+
+
+def test_a_protocol_of_phases_is_costed_whole(tmp_path: Path):
+    """FKPL's shape: a query phase, prefixed expert rounds, a final phase whose record repeats stage totals."""
+    run = tmp_path / "fkpl" / "seed0"
+    run.mkdir(parents=True)
+    history = [
+        {"round": 0, "phase": "cluster", "bytes_up": 512},  # the subspace query's bytes: counted once, from the summary
+        *({"round": r, "phase": f"experts/expert{v}", f"expert{v}/clients": [v], f"expert{v}/bytes_up": 100 * (v + 1),
+           f"expert{v}/bytes_down": 10 * (v + 1)} for v in (0, 1) for r in (1, 2)),
+        {"round": 1, "phase": "calibrate", **domain_summary({"x": 80.0, "y": 60.0}), "stage1/bytes_up": 600, "stage2/bytes_up": 7000},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+    (run / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in [
+        {"round": 0, "phase": "cluster", "time/cluster_s": 9.0},
+        {"round": 1, "phase": "experts/expert0", "expert0/time/round_s": 1.0}, {"round": 1, "phase": "experts/expert1", "expert1/time/round_s": 3.0}]))
+    summary = final_summary(history[-1:], 1) | {"query/fkpl/subspace/bytes_up": 512, "query/fkpl/subspace/bytes_down": 0,
+                                               "query/fkpl/virtual/bytes_up": 7000, "query/fkpl/virtual/bytes_down": 40000}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "setup.json").write_text(json.dumps({"setup/ggeur/bytes_up": 5, "setup/ggeur/bytes_down": 3, "fkpl/stage2/bytes_up": 7000}))
+    _, rows = compare({"FKPL": [run]}).cost_rows()
+    # rounds: up 100, 100, 200, 200 -> 150 per round, 600 in all; down 10, 10, 20, 20 -> 15, 60.
+    # run: 600 + 512 + 7000 + 5 = 8117 B up; 60 + 0 + 40000 + 3 = 40063 B = 39.1 KiB down; s / round (1 + 3) / 2
+    assert rows[0] == ["FKPL", "1", "—", "150 B", "15 B", "7.9 KiB", "39.1 KiB", "2.00"]
 
 
 def test_study_b_reads_its_own_last_k_and_says_when_runs_were_shorter(studies: Path):
