@@ -34,11 +34,15 @@ def dirichlet_partition(
     rng: np.random.Generator,
     *,
     min_per_class: int = 0,
+    min_size: int = 0,
+    max_draws: int = 1000,
 ) -> list[np.ndarray]:
     """Label skew: for each class c, proportions p_c ~ Dir(β·1_K) split that class's samples over the K clients.
 
     `min_per_class` first gives every client that many samples of every class (the official GGEUR code uses 1),
-    then splits the remainder by the Dirichlet draw. Smaller β means more skew.
+    then splits the remainder by the Dirichlet draw. Smaller β means more skew. `min_size` is NIID-Bench's rule
+    (FedEGG A13): the whole split is drawn again, from the same stream, until every client holds at least that many
+    samples (at most `max_draws` draws). With 0, or when the first draw satisfies it, the split is the one-draw split.
     """
     labels = np.asarray(labels)
     if not beta > 0:
@@ -47,6 +51,19 @@ def dirichlet_partition(
         raise DataError(f"num_clients must be >= 1, got {num_clients}")
     if num_clients > len(labels):
         raise DataError(f"cannot split {len(labels)} samples over {num_clients} clients (more clients than samples)")
+    if min_size * num_clients > len(labels):
+        raise DataError(f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; there are {len(labels)}")
+    for _ in range(max_draws):
+        parts = _dirichlet_draw(labels, num_clients, beta, rng, min_per_class)
+        if min(len(p) for p in parts) >= min_size:
+            return parts
+    raise DataError(
+        f"no Dirichlet(beta={beta}) split of {len(labels)} samples over {num_clients} clients gave every client >= "
+        f"min_size={min_size} samples in {max_draws} draws; lower min_size or raise beta"
+    )
+
+
+def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator, min_per_class: int) -> list[np.ndarray]:
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for c in np.unique(labels):
         idx = rng.permutation(np.flatnonzero(labels == c))
@@ -182,11 +199,15 @@ def _check_min_per_class_possible(
 
 
 def _label_skew(
-    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, beta: float, min_per_class: int, rng: np.random.Generator
+    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, beta: float, min_per_class: int, rng: np.random.Generator,
+    min_size: int = 0,
 ) -> list[np.ndarray]:
     _check_enough_samples(domain, len(labels), num_clients)
     _check_min_per_class_possible(domain, labels, num_classes, num_clients, min_per_class)
-    return dirichlet_partition(labels, num_clients, beta, rng, min_per_class=min_per_class)
+    try:
+        return dirichlet_partition(labels, num_clients, beta, rng, min_per_class=min_per_class, min_size=min_size)
+    except DataError as err:
+        raise DataError(f"domain {domain!r}: {err}") from None
 
 
 class IID(Partitioner):
@@ -215,18 +236,22 @@ class Dirichlet(Partitioner):
         num_clients: Number of clients K (>= 1).
         beta: Dirichlet concentration β (> 0); GGEUR names 0.01, 0.03, 0.05 for CIFAR-100.
         min_per_class: Samples of every class each client gets before the Dirichlet split (official GGEUR code: 1).
+        min_size: Draw the split again until every client holds at least this many samples (NIID-Bench's rule,
+            FedEGG A13: 10); 0 keeps the first draw (empty clients are then dropped by the data source).
     """
 
-    def __init__(self, num_clients: int = 10, beta: float = 0.5, min_per_class: int = 0) -> None:
+    def __init__(self, num_clients: int = 10, beta: float = 0.5, min_per_class: int = 0, min_size: int = 0) -> None:
         _check_num_clients(num_clients)
         _check_beta(beta)
         _check_min_per_class(min_per_class)
-        self.num_clients, self.beta, self.min_per_class = int(num_clients), float(beta), int(min_per_class)
+        if min_size < 0:
+            raise DataError(f"Dirichlet min_size must be >= 0, got {min_size}")
+        self.num_clients, self.beta, self.min_per_class, self.min_size = int(num_clients), float(beta), int(min_per_class), int(min_size)
 
     def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         domain = _single_domain(labels, "Dirichlet")
-        parts = _label_skew(domain, labels[domain], num_classes, self.num_clients, self.beta, self.min_per_class, rng)
+        parts = _label_skew(domain, labels[domain], num_classes, self.num_clients, self.beta, self.min_per_class, rng, self.min_size)
         return [ClientIndices(domain, part) for part in parts]
 
 

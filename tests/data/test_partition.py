@@ -17,6 +17,7 @@ from flsuite.data.partition import (
     DomainSkew,
     LabelDomainSkew,
     Partitioner,
+    dirichlet_partition,
     drop_empty_clients,
 )
 
@@ -321,3 +322,34 @@ def test_impossible_min_per_class_names_class_and_counts() -> None:
 def test_labels_must_fit_num_classes() -> None:
     with pytest.raises(DataError, match=r"'cifar'.*\[0, 5\)"):
         IID(2).split(ONE, 5, _rng(0))
+
+
+def test_min_size_redraws_the_split_until_every_client_has_enough():
+    """NIID-Bench's rule (FedEGG A13): the whole split is drawn again from the same stream until min size is met."""
+    from flsuite.data.partition import _dirichlet_draw
+
+    labels = np.repeat(np.arange(10), 100)
+    first = dirichlet_partition(labels, 30, 0.3, np.random.default_rng(2))
+    assert min(len(p) for p in first) == 2  # the one-draw split leaves a client short
+    parts = dirichlet_partition(labels, 30, 0.3, np.random.default_rng(2), min_size=5)
+    assert min(len(p) for p in parts) >= 5 and sum(len(p) for p in parts) == 1000
+    rng = np.random.default_rng(2)  # the same stream, drawn by hand until the rule holds
+    draw = _dirichlet_draw(labels, 30, 0.3, rng, 0)
+    while min(len(p) for p in draw) < 5:
+        draw = _dirichlet_draw(labels, 30, 0.3, rng, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, draw))
+    # a rule the first draw already meets changes nothing: min_size 0 and 1 give the one-draw split when no client is empty
+    easy = dirichlet_partition(labels, 5, 10.0, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(easy, dirichlet_partition(labels, 5, 10.0, np.random.default_rng(0), min_size=1)))
+
+
+def test_min_size_that_cannot_be_met_names_the_numbers():
+    labels = np.repeat(np.arange(2), 10)
+    with pytest.raises(DataError, match="min_size=11 for each of 2 clients needs 22 samples; there are 20"):
+        dirichlet_partition(labels, 2, 0.5, np.random.default_rng(0), min_size=11)
+    with pytest.raises(DataError, match="no Dirichlet\\(beta=0.001\\) split .* min_size=10 samples in 3 draws"):
+        dirichlet_partition(labels, 2, 0.001, np.random.default_rng(0), min_size=10, max_draws=3)
+    with pytest.raises(DataError, match="min_size must be >= 0"):
+        Dirichlet(num_clients=2, min_size=-1)
+    split = Dirichlet(num_clients=4, beta=0.1, min_size=3).split({"all": np.repeat(np.arange(2), 10)}, 2, np.random.default_rng(0))
+    assert min(len(c.indices) for c in split) >= 3
