@@ -65,6 +65,34 @@ def test_sweep_file_is_a_valid_wandb_sweep(path: Path):
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_wandbs_own_sweep_engine_accepts_the_file_and_its_grid_is_ours(path: Path):
+    """W&B's open-source engine (`sweeps`, the server's schema and samplers) validates the file and proposes runs
+    with exactly the swept keys; for a grid, its enumeration is the same set of points `flsuite sweep` visits.
+    Its last release (0.2.0) predates W&B's `run_cap` key, which is therefore removed before validation."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the 0.2.0 release's pydantic-v1 config names
+        import sweeps
+        from sweeps.config import SweepConfig
+    raw = yaml.safe_load(path.read_text())
+    config = SweepConfig({k: v for k, v in raw.items() if k != "run_cap"})  # raises on a schema violation
+    swept = {k for k, spec in raw["parameters"].items() if "value" not in spec}
+    first = sweeps.next_run(config, [])
+    assert set(first.config) >= swept
+    if raw["method"] == "grid":
+        runs = []
+        while (run := sweeps.next_run(config, runs)) is not None:
+            run.state = sweeps.RunState.finished
+            runs.append(run)
+        wandb_points = {tuple(sorted((k, v["value"]) for k, v in r.config.items())) for r in runs}
+        space = {k: s["values"] for k, s in raw["parameters"].items() if "values" in s}
+        grid = sw.grid_sampler(space, seed=0)  # the sampler flsuite sweep uses; it orders the names itself
+        ours = {tuple(sorted(zip(grid._search_space, point))) for point in grid._all_grids}
+        assert len(runs) == sw.grid_size(raw) and wandb_points == ours
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
 def test_every_swept_key_resolves_to_a_real_option(path: Path, fit_parser):
     """The agent's command line (configs + `--key=value`) parses, applies each value, and names a logged metric."""
     cfg = sw.load_sweep(path)
