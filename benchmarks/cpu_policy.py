@@ -11,9 +11,10 @@ measurement in a fresh process that applies `flsuite.runtime.ThreadPolicy` as `f
 Reported: beside / alone (target <= 2.5 on 2 cores) and default / min(1 thread, all threads) alone (target <= 1.10).
 
 Part 2, the round against its limit. FedAvg's clients on cached features (3 clients, Linear(1280, 10), 10 local
-epochs at batch 16, 1 thread) three ways, alternated in one process: flsuite's `run_client`, a hand-written autograd
-loop (same batches, same torch SGD), and the same loop with the softmax-cross-entropy gradient in closed form (no
-autograd, no torch.optim). Reported: each / closed form (target for flsuite <= 1.5).
+epochs at batch 16, 1 thread) four ways, alternated in one process: flsuite's `run_client`, a hand-written autograd
+loop (same batches, same torch SGD, `zero_grad()`/`step()`), the autograd floor (the same loop on the bare tensors
+with torch's functional SGD: no nn.Module, no optimiser wrapper), and the loop with the softmax-cross-entropy gradient
+in closed form (no autograd, no torch.optim). Reported: each / closed form (target for flsuite <= 1.5).
 
 Shared machines are noisy: every number is a median over `--reps` alternated repetitions; only ratios measured side
 by side mean anything.
@@ -159,6 +160,25 @@ def autograd_loop(env, weights) -> None:
                 opt.step()
 
 
+def autograd_floor_loop(env, weights) -> None:
+    """The autograd loop with nothing around autograd: the head's two tensors as leaves, F.linear, gradients set to
+    None by hand and torch's functional SGD called as SGD.step calls it (flsuite.federation.sgd). What any loss
+    differentiated by autograd costs at the least; the gap to the closed form is the autograd graph and engine."""
+    from flsuite.data.base import EpochBatches
+    from flsuite.federation.sgd import optimizer_step
+    from flsuite.seeding import torch_generator
+
+    for k, client in enumerate(env.data.clients):
+        w, b = weights["1.weight"].clone().requires_grad_(), weights["1.bias"].clone().requires_grad_()
+        step = optimizer_step(env.local.make_optimizer([w, b]))
+        batches = EpochBatches(client.train, BATCH, torch_generator(100 + k, purpose="batches"), epochs=EPOCHS)
+        for _ in range(EPOCHS):
+            for x, y in batches.epoch():
+                w.grad = b.grad = None
+                F.cross_entropy(F.linear(x, w, b), y).backward()
+                step()
+
+
 @torch.inference_mode()
 def closed_form_loop(env, weights) -> None:
     """The same clients with the gradient of mean softmax cross-entropy written out: dL/dz = (softmax(z) - onehot)/B,
@@ -193,7 +213,7 @@ def fedavg_part(args) -> None:
     env = client_env(fed)
     weights = env.build_model().state_dict()
     runners = {"flsuite (run_client)": lambda: flsuite_round(env, weights), "hand-written autograd": lambda: autograd_loop(env, weights),
-               "closed-form gradient": lambda: closed_form_loop(env, weights)}
+               "autograd floor": lambda: autograd_floor_loop(env, weights), "closed-form gradient": lambda: closed_form_loop(env, weights)}
     for fn in runners.values():
         fn()
     times: dict[str, list[float]] = {k: [] for k in runners}
@@ -209,6 +229,9 @@ def fedavg_part(args) -> None:
     print("| loop | round (s) | per step (us) | / closed form |\n|---|---|---|---|")
     for k in runners:
         print(f"| {k} | {med[k]:.3f} | {1e6 * med[k] / steps:.0f} | {med[k] / med['closed-form gradient']:.2f} |")
+    flsuite = med["flsuite (run_client)"]
+    print(f"\nflsuite / closed form {flsuite / med['closed-form gradient']:.2f} (target <= 1.5), / hand-written autograd "
+          f"{flsuite / med['hand-written autograd']:.2f}, / autograd floor {flsuite / med['autograd floor']:.2f}")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flsuite.federation.sgd import grad_clearer, optimizer_step
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
 from flsuite.federation.weights import num_bytes
 
@@ -61,17 +62,19 @@ class ClientModule(L.LightningModule):
         # The raw torch optimiser and `loss.backward()`: no per-batch Lightning wrapper work (strategy, precision
         # plugin, on_before/after_backward hooks: ~15% of a small head's step). Correct because client Trainers run
         # on one device in 32-bit precision (make_trainer); a 16-mixed precision plugin would need its GradScaler here.
+        # Nor torch.optim's own wrapper where its result is the same to the bit (flsuite.federation.sgd).
         optimizer = self.optimizers().optimizer
+        clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer)
         device = self.device
         losses = []
         for x, y in epoch_batches:
             if x.device != device:
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
+            clear_grads()
             loss = self.local_loss(x, y)
             loss.backward()
             self.before_optimizer_step()
-            optimizer.step()
+            step()
             self.after_optimizer_step()
             losses.append(loss.detach())
             self.num_steps += 1
