@@ -13,13 +13,16 @@ continues where it stopped. Features are extracted first, one seed at a time (`f
 workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare.py)
 with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
 domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
-Extra `flsuite fit` flags for every run can follow `--`.
+Extra `flsuite fit` flags for every run can follow `--`; a study whose finished runs were given other flags (read from
+each run's environment.json) stops before running anything, since its table would mix settings (e.g. 50 and 100
+rounds).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import re
 import shlex
@@ -46,6 +49,26 @@ def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[
     if run_dir.exists():  # started but never checkpointed: nothing to keep
         shutil.rmtree(run_dir)
     return cmd + ["--run_dir", str(run_dir), *common]
+
+
+def fit_flags_of(run_dir: Path) -> list[str] | None:
+    """The extra `flsuite fit` flags a study gave this run: what follows study.py's own `--wandb.enabled false` in
+    the argv its environment.json recorded (None when it cannot tell)."""
+    try:
+        argv = json.loads((run_dir / "environment.json").read_text())["argv"]
+        return argv[argv.index("--wandb.enabled") + 2 :]
+    except (OSError, KeyError, ValueError, json.JSONDecodeError):
+        return None
+
+
+def check_same_flags(runs: Path, extra: list[str]) -> None:
+    """Stop when a finished run of this study folder was given other extra flags than this invocation passes."""
+    for summary in sorted(runs.glob("*/seed*/summary.json")):
+        flags = fit_flags_of(summary.parent)
+        if flags is not None and flags != extra:
+            sys.exit(f"{summary.parent} was run with the extra flsuite fit flags {shlex.join(flags) or '(none)'}, but this "
+                     f"invocation passes {shlex.join(extra) or '(none)'}: the table would mix settings. Pass the same flags "
+                     f"after --, or give the study another --name.")
 
 
 def run(cmd: list[str], log: Path, parallel: int = 1) -> int:
@@ -86,6 +109,7 @@ def main() -> None:
     extra = [a for a in args.extra if a != "--"]
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     runs = args.runs / args.name
+    check_same_flags(runs, extra)
 
     for seed in args.seeds:  # fill the feature cache once per seed before parallel runs
         cmd = [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.base), "--seed", str(seed), *extra]

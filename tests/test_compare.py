@@ -194,3 +194,19 @@ def test_flsuite_compare_subcommand(studies: Path, capsys):
     assert "| fedprox | 85.00 | 65.00 | 75.00 | 10.00 | 14.14 | 1 |" in capsys.readouterr().out
     assert flsuite_main(["compare", str(studies / "nowhere")]) == 2  # a user error: one paragraph naming the path
     assert "nowhere: no such run folder" in capsys.readouterr().err
+
+
+def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
+    """A finished run made with `-- --rounds 50` and a rerun without them would share one table: stopped, named."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    run = make_run(tmp_path / "runs" / "s" / "base" / "seed0", [{"x": 50.0}], 1)
+    argv = ["cli.py", "fit", "--config", "b.yaml", "--seed", "0", "--progress", "false", "--wandb.enabled", "false", "--rounds", "50"]
+    (run / "environment.json").write_text(json.dumps({"argv": argv}))
+    cmd = [sys.executable, str(root / "experiments" / "study.py"), "--name", "s", "--base", "b.yaml", "--variant", "base=",
+           "--seeds", "0", "--runs", str(tmp_path / "runs")]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"{run} was run with the extra flsuite fit flags --rounds 50, but this invocation passes (none)" in done.stderr
