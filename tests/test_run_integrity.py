@@ -392,9 +392,18 @@ def test_corrupt_image_error_names_the_file_and_skip_unreadable(tmp_path, capsys
 
 
 def test_sigint_handler_is_only_installed_while_fit_runs(tmp_path, capsys):
+    """After the fit the caller's own SIGINT handler is back (compared with the handler in place before, not with
+    Python's default: a process started in the background inherits SIG_IGN)."""
+    def callers_handler(signum, frame):  # pragma: no cover - never signalled
+        raise AssertionError("not expected to run")
+
     cfg = write_config(tmp_path / "run.yaml", {**SMALL, "rounds": 1})
-    assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)[0] == 0
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, callers_handler)
+    try:
+        assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)[0] == 0
+        assert signal.getsignal(signal.SIGINT) is callers_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_options_added_after_a_run_started_do_not_block_its_resume_at_their_defaults():
