@@ -150,18 +150,25 @@ def tau_sweep(seeds: list[int], taus: list[float]) -> str:
     return "\n".join(lines)
 
 
-def convergence(seed: int, out: Path) -> None:
+def convergence(seeds: list[int], out: Path) -> None:
+    """The FL training loss per round with and without FedEGG-LH (the paper's Fig. 2): the mean over `seeds` as a
+    line, min-max over seeds shaded; ticks at the rounds where guiding ran, taller the more seeds it ran on."""
     import matplotlib.pyplot as plt
+    import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, setting in zip(axes, SETTINGS):
-        for label, overlay in (("FedAvg", []), ("FedAvg + LH", [LEVELS["LH"]])):
-            hist = records(run("table", setting, label, overlay, seed))
-            ax.plot([r["round"] for r in hist], [r["train_loss"] for r in hist], label=label)
-            if label != "FedAvg":
-                guided = [r["round"] for r in hist if r["server/fedegg/gate"]]
-                ax.scatter(guided, [0.02] * len(guided), marker="|", color="C1", label="guiding ran")
-        ax.set_title(f"MNIST {setting.replace('dir', 'Dir(')}), seed {seed}")
+        for colour, (label, overlay) in zip(("C0", "C1"), (("FedAvg", []), ("FedAvg + LH", [LEVELS["LH"]]))):
+            hists = [records(run("table", setting, label, overlay, seed)) for seed in seeds]
+            rounds = [r["round"] for r in hists[0]]
+            loss = np.array([[r["train_loss"] for r in h] for h in hists])
+            ax.plot(rounds, loss.mean(0), color=colour, label=label)
+            ax.fill_between(rounds, loss.min(0), loss.max(0), color=colour, alpha=0.2)
+            if overlay:
+                guided = np.array([[bool(r["server/fedegg/gate"]) for r in h] for h in hists]).sum(0)
+                ax.vlines([r for r, n in zip(rounds, guided) if n], 0.0, [0.02 * (1 + n / len(seeds)) for n in guided if n],
+                          color=colour, lw=0.8, label="guiding ran (height: seeds)")
+        ax.set_title(f"MNIST {setting.replace('dir', 'Dir(')}), {len(seeds)} seed(s): mean, min-max shaded")
         ax.set_xlabel("round")
         ax.set_yscale("log")
         ax.legend()
@@ -178,7 +185,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     if args.study == "convergence":
-        convergence(args.seeds[0], args.out)
+        convergence(args.seeds, args.out)
         return
     body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus)}[args.study](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
