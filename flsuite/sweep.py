@@ -4,8 +4,9 @@
     flsuite sweep sweeps/moon.yaml --trials 20 --workers 2 -- --rounds=10  # extra `flsuite fit` flags after --
 
 Decisions (the same file runs unchanged under `wandb sweep` + `wandb agent`):
-- `method`: grid -> optuna GridSampler, random -> RandomSampler, bayes -> TPESampler (W&B's bayes is a Gaussian
-  process; TPE is optuna's standard model-based sampler), all seeded by `--seed`.
+- `method`: grid -> optuna GridSampler (its points handed out under a lock, so parallel workers never share one),
+  random -> RandomSampler, bayes -> TPESampler (W&B's bayes is a Gaussian process; TPE is optuna's standard
+  model-based sampler), all seeded by `--seed`.
 - `parameters`: `values` (categorical / grid), `value` (constant), `min`/`max` with `distribution` uniform,
   int_uniform (the default when both bounds are ints), log_uniform_values or q_uniform. Other W&B distributions,
   nested parameters and null values (W&B renders null as the string "None", which no flsuite option parses) are
