@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FKPL's mixing bounds (a, b) on Office-Caltech-10 over 3 seeds, through the sweep file users run
 # (sweeps/fkpl_mixing_bounds.yaml, offline with flsuite sweep; a finished sweep resumes as a no-op), at the reduced
-# schedule of fkpl_office_reduced.sh (20 rounds × 5 local epochs); then the trials of the three sweeps grouped by
+# schedule of fkpl_reduced.sh office (20 rounds × 5 local epochs); then the trials of the three sweeps grouped by
 # (a, b) into docs/results/fkpl_mixing_office_reduced.md.
 #   bash experiments/fkpl_mixing_office_reduced.sh [seeds...]        (default 0 1 2)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FKPL's mixing bounds (a, b) on PACS, the reduced CPU schedule of fkpl_pacs_reduced.sh (20 rounds × 5 local epochs,
+# FKPL's mixing bounds (a, b) on PACS, the reduced CPU schedule of fkpl_reduced.sh pacs (20 rounds × 5 local epochs,
 # frozen EfficientNet-Lite0 features, 20 clients, threshold 4.2°): the grid of sweeps/fkpl_mixing_bounds.yaml
 # (a ∈ {0.3, 0.5, 0.7} × b ∈ {0.7, 0.9, 1.0}) as a study, since PACS, unlike Office-Caltech-10, is not saturated.
 #   bash experiments/fkpl_mixing_pacs_reduced.sh [--seeds 0] [--workers 1]

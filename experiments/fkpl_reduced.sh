@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# FKPL's reduced study (issue 12) that fits the shared 2-core machine: the CPU setting of
+# configs/fkpl/<dataset>_effnet.yaml (frozen EfficientNet-Lite0 features, MLP experts; Office-Caltech-10 10 clients,
+# PACS 20) with 20 rounds × 5 local epochs instead of 100 × 10: FedAvg, FedProx, MOON, FedProto, FedProc, FPL, FKPL and
+# its two controls (Tables 2, 3, 5, 6); on PACS also FKPL at 10°, where Stage 0 finds the 4 domains. Then Stage 0's
+# threshold scan over the FKPL runs.
+#   bash experiments/fkpl_reduced.sh office|pacs [--seeds 0 1 2] [--workers 1]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dataset=${1:?usage: fkpl_reduced.sh office|pacs [study.py flags]}; shift
+case $dataset in
+  office) base=configs/fkpl/office_caltech10_effnet.yaml ;;
+  pacs) base=configs/fkpl/pacs_effnet.yaml ;;
+  *) echo "fkpl_reduced.sh: dataset must be office or pacs, got '$dataset'" >&2; exit 2 ;;
+esac
+name=fkpl_${dataset}_reduced; ov=runs/${name}_overlays; mkdir -p "$ov"
+printf 'method:\n  class_path: flsuite.methods.fedproc.FedProc\n  init_args: {schedule_rounds: 20, tau: 1.0}\n' > "$ov/fedproc.yaml"
+printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {head: federated, head_rounds: 20}\n' > "$ov/federated_head.yaml"
+printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 10.0}\n' > "$ov/threshold10.yaml"
+extra=(); [[ $dataset == pacs ]] && extra=(--variant "FKPL threshold 10°=$ov/threshold10.yaml")
+command="bash experiments/fkpl_reduced.sh $dataset $*"
+python experiments/study.py --name "$name" --base "$base" \
+  --variant "FedAvg=configs/fkpl/peers/fedavg.yaml" --variant "FedProx=configs/baselines/fedprox.yaml" \
+  --variant "MOON=configs/fkpl/peers/moon.yaml" --variant "FedProto=configs/baselines/fedproto.yaml" \
+  --variant "FedProc=$ov/fedproc.yaml" --variant "FPL=configs/baselines/fpl.yaml" --variant "FKPL=" "${extra[@]}" \
+  --variant "FKPL federated head=$ov/federated_head.yaml" \
+  --variant "FKPL FedAvg encoder=configs/fkpl/controls/fedavg_encoder.yaml" \
+  --workers 1 --out "docs/results/$name.md" --command "$command" "$@" \
+  -- --rounds 20 --local.epochs 5 --eval_every 5
+python experiments/fkpl_clustering.py "runs/$name"/fkpl/seed* --out "docs/results/${name}_clustering.md" --command "$command"
