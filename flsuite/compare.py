@@ -201,13 +201,13 @@ def round_traffic(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, flo
 def run_traffic(run: Run) -> tuple[float, float]:
     """Everything the run communicated: its rounds, its client queries and its setup stages' exchanges."""
     rounds = round_traffic(run.history)
-    up, down = sum(u for u, _ in rounds), sum(d for _, d in rounds)
+    total = {"bytes_up": sum(u for u, _ in rounds), "bytes_down": sum(d for _, d in rounds)}
     for source, first in ((run.summary, "query"), (run.setup, "setup")):
         for key, value in source.items():
             parts = key.split("/")
-            if len(parts) >= 3 and parts[0] == first and parts[-1] in ("bytes_up", "bytes_down"):
-                up, down = (up + value, down) if parts[-1] == "bytes_up" else (up, down + value)
-    return float(up), float(down)
+            if len(parts) >= 3 and parts[0] == first and parts[-1] in total:
+                total[parts[-1]] += value
+    return float(total["bytes_up"]), float(total["bytes_down"])
 
 
 def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:

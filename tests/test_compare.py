@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,9 +200,6 @@ def test_flsuite_compare_subcommand(studies: Path, capsys):
 
 def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     """A finished run made with `-- --rounds 50` and a rerun without them would share one table: stopped, named."""
-    import subprocess
-    import sys
-
     root = Path(__file__).resolve().parents[1]
     run = make_run(tmp_path / "runs" / "s" / "base" / "seed0", [{"x": 50.0}], 1)
     argv = ["cli.py", "fit", "--config", "b.yaml", "--seed", "0", "--progress", "false", "--wandb.enabled", "false", "--rounds", "50"]
