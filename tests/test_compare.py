@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flsuite.compare import compare, find_runs, group_by_parent, main
+from flsuite.compare import compare, find_runs, group_by_parent, load_run, main, run_traffic
 from flsuite.metrics import domain_summary, final_summary
 
 
@@ -87,11 +87,13 @@ def test_a_protocol_of_phases_is_costed_whole(tmp_path: Path):
     summary = final_summary(history[-1:], 1) | {"query/fkpl/subspace/bytes_up": 512, "query/fkpl/subspace/bytes_down": 0,
                                                "query/fkpl/virtual/bytes_up": 7000, "query/fkpl/virtual/bytes_down": 40000}
     (run / "summary.json").write_text(json.dumps(summary))
-    (run / "setup.json").write_text(json.dumps({"setup/ggeur/bytes_up": 5, "setup/ggeur/bytes_down": 3, "fkpl/stage2/bytes_up": 7000}))
+    (run / "setup.json").write_text(json.dumps({"setup/ggeur/bytes_up": 2048, "setup/ggeur/bytes_down": 1024, "fkpl/stage2/bytes_up": 7000}))
     _, rows = compare({"FKPL": [run]}).cost_rows()
     # rounds: up 100, 100, 200, 200 -> 150 per round, 600 in all; down 10, 10, 20, 20 -> 15, 60.
-    # run: 600 + 512 + 7000 + 5 = 8117 B up; 60 + 0 + 40000 + 3 = 40063 B = 39.1 KiB down; s / round (1 + 3) / 2
-    assert rows[0] == ["FKPL", "1", "—", "150 B", "15 B", "7.9 KiB", "39.1 KiB", "2.00"]
+    # run: 600 + 512 + 7000 + 2048 = 10160 B = 9.9 KiB up; 60 + 0 + 40000 + 1024 = 41084 B = 40.1 KiB down (the
+    # calibrate record's stage totals and setup.json's fkpl/ key are not counted again); s / round (1 + 3) / 2
+    assert run_traffic(load_run(run)) == (10160.0, 41084.0)
+    assert rows[0] == ["FKPL", "1", "—", "150 B", "15 B", "9.9 KiB", "40.1 KiB", "2.00"]
 
 
 def test_study_b_reads_its_own_last_k_and_says_when_runs_were_shorter(studies: Path):
