@@ -18,7 +18,8 @@ from flsuite.models.heads import MLP
 from tests.helpers import head_federation
 
 
-def torch_step(optimizer):
+def torch_step(optimizer, fused=False):
+    assert not fused  # the lean loop never asks for the fused update
     return optimizer.step
 
 

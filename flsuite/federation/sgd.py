@@ -42,8 +42,9 @@ def grad_clearer(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
     return clear_grads
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-    """`optimizer.step`, or, where `is_wrapper_free_sgd`, torch's functional SGD called as step() would call it."""
+def optimizer_step(optimizer: torch.optim.Optimizer, fused: bool = False) -> Callable[[], None]:
+    """`optimizer.step`, or, where `is_wrapper_free_sgd`, torch's functional SGD called as step() would call it;
+    `fused=True` runs it as `SGD(fused=True)` would (one kernel for every parameter's update; other last bits)."""
     if not is_wrapper_free_sgd(optimizer):
         return optimizer.step
 
@@ -55,7 +56,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
                 momentum = group["momentum"]
                 buffers = [optimizer.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
                 functional_sgd(params, grads, buffers, has_sparse_grad=any(g.is_sparse for g in grads),
-                               foreach=False, fused=False, weight_decay=group["weight_decay"], momentum=momentum,
+                               foreach=False, fused=fused, weight_decay=group["weight_decay"], momentum=momentum,
                                lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
                                maximize=group["maximize"])
                 if momentum != 0:

@@ -40,7 +40,10 @@ class LocalTraining:
         accelerator: Lightning accelerator used inside client fits ("cpu", "gpu", "auto").
         loop: "lean" (default): one `training_step` per epoch over pre-sliced in-memory batches with manual
             optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
-            through a DataLoader (same batch order), for end-to-end image models and mixed precision.
+            through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
+            the lean loop with each batch's forward and backward compiled into one graph and a fused SGD update
+            (flsuite.federation.compiled), ~1.5x faster on frozen-feature heads, the same training up to the last
+            bits (so not a bit-identical rerun of a lean run), for methods whose local loss dynamo captures whole.
         precision: Lightning precision of client fits ("32-true", or "16-mixed"/"bf16-mixed" with loop "standard").
         augment: Per-batch training augmentation of image inputs (random crop with padding, horizontal flip), drawn
             from the task's seeded "augment" stream; off by default.
@@ -57,7 +60,7 @@ class LocalTraining:
     weight_decay: float = 1e-5
     drop_last: bool = False
     accelerator: str = "cpu"
-    loop: Literal["lean", "standard"] = "lean"
+    loop: Literal["lean", "standard", "compiled"] = "lean"
     precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
     augment: Augment = field(default_factory=Augment)
 
@@ -74,12 +77,12 @@ class LocalTraining:
             raise ValueError(f"local.lr_milestones must be increasing rounds >= 1, got {self.lr_milestones}")
         if self.lr_gamma <= 0:
             raise ValueError(f"local.lr_gamma must be > 0, got {self.lr_gamma}")
-        if self.loop not in ("lean", "standard"):
-            raise ValueError(f"local.loop must be 'lean' or 'standard', got {self.loop!r}")
+        if self.loop not in ("lean", "standard", "compiled"):
+            raise ValueError(f"local.loop must be 'lean', 'standard' or 'compiled', got {self.loop!r}")
         if self.precision not in ("32-true", "16-mixed", "bf16-mixed"):
             raise ValueError(f"local.precision must be '32-true', '16-mixed' or 'bf16-mixed', got {self.precision!r}")
         if self.precision != "32-true" and self.loop != "standard":
-            raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean loop steps the raw optimiser in 32-bit)")
+            raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean and compiled loops step the raw optimiser in 32-bit)")
 
     def lr_at(self, round: int) -> float:
         """The local learning rate in `round`: lr · γ^(number of milestones ≤ round)."""

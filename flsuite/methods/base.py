@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flsuite.federation.compiled import CompiledBackward
 from flsuite.federation.sgd import grad_clearer, optimizer_step
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
 from flsuite.federation.weights import num_bytes
@@ -46,6 +47,7 @@ class ClientModule(L.LightningModule):
         self.task = task
         self._loss_sum = torch.zeros((), dtype=torch.float64)
         self.num_steps = 0
+        self._compiled_backward: CompiledBackward | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -63,16 +65,23 @@ class ClientModule(L.LightningModule):
         # plugin, on_before/after_backward hooks: ~15% of a small head's step). Correct because client Trainers run
         # on one device in 32-bit precision (make_trainer); a 16-mixed precision plugin would need its GradScaler here.
         # Nor torch.optim's own wrapper where its result is the same to the bit (flsuite.federation.sgd).
+        # local.loop: compiled differentiates local_loss in one compiled graph (flsuite.federation.compiled).
         optimizer = self.optimizers().optimizer
-        clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer)
+        compiled = self.local.loop == "compiled"
+        clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
+        if compiled and self._compiled_backward is None:
+            self._compiled_backward = CompiledBackward(self)
         device = self.device
         losses = []
         for x, y in epoch_batches:
             if x.device != device:
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             clear_grads()
-            loss = self.local_loss(x, y)
-            loss.backward()
+            if compiled:
+                loss = self._compiled_backward(x, y)
+            else:
+                loss = self.local_loss(x, y)
+                loss.backward()
             self.before_optimizer_step()
             step()
             self.after_optimizer_step()
@@ -223,14 +232,16 @@ class HyperParameters:
     def __init__(self, method: Method) -> None:
         object.__setattr__(self, "_method", copy.deepcopy(method))
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_method"), name)
+    def __getattr__(self, name: str) -> Any:  # only called for names not found on self, i.e. all but `_method`
+        if name == "_method":  # not set yet (unpickling before __setstate__)
+            raise AttributeError(name)
+        return getattr(self._method, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_method": object.__getattribute__(self, "_method")}
+        return {"_method": self._method}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "_method", state["_method"])

@@ -1,0 +1,130 @@
+"""`local.loop: compiled` (flsuite.federation.compiled): the lean loop's training with forward and backward compiled.
+
+Not the lean loop's bits (inductor fuses kernels, the update is torch's fused SGD), so the checks are closeness to the
+lean loop, determinism of its own, the lean loop's semantics where they are not about rounding (parameters the loss
+does not reach, hooks reading `.grad`), and a clear error for a loss dynamo cannot capture.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from flsuite.data.builtin import GaussianFeatures
+from flsuite.federation import compiled
+from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.client import ClientEnvironment, run_client
+from flsuite.federation.task import ClientTask, LocalTraining
+from flsuite.methods.base import HyperParameters
+from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fedprox import FedProx
+from flsuite.methods.fedproto import FedProto
+from flsuite.methods.fedsr import FedSR, FedSRModel
+from flsuite.methods.scaffold import Scaffold
+from flsuite.models.heads import MLP
+from tests.helpers import head_federation
+
+DATA = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=44)
+
+
+def local(loop: str, **kwargs) -> LocalTraining:
+    return LocalTraining(**{"epochs": 3, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3, "loop": loop, **kwargs})
+
+
+def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
+    """Two clients' fits from the same global weights (44 samples, batch 4: 11 equal batches, one shape)."""
+    data = DATA.build(seed=1)
+    env = ClientEnvironment(data, model or MLP(hidden=(5,)), method or FedAvg(), local(loop, **kwargs), seed=0)
+    torch.manual_seed(0)
+    weights = env.build_model().state_dict()
+    return [run_client(env, ClientTask(1, k, 10 + k, weights)) for k in range(2)]
+
+
+def test_a_compiled_fit_is_the_lean_fit_up_to_rounding():
+    lean, fast = client_fits("lean"), client_fits("compiled")
+    for a, b in zip(lean, fast):
+        assert a.num_steps == b.num_steps == 33
+        assert b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(fast[0].weights["1.weight"], fast[1].weights["1.weight"])  # two clients, two fits
+
+
+def test_compiled_fits_repeat_to_the_bit():
+    first, second = client_fits("compiled"), client_fits("compiled")
+    for a, b in zip(first, second):
+        assert a.train_loss == b.train_loss
+        assert all(torch.equal(a.weights[k], b.weights[k]) for k in a.weights)
+
+
+def test_adam_steps_through_its_own_step():
+    lean, fast = client_fits("lean", optimizer="adam", lr=0.01), client_fits("compiled", optimizer="adam", lr=0.01)
+    for a, b in zip(lean, fast):
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (before_optimizer_step)", "fedprox (loss term)"])
+def test_method_hooks_and_loss_terms_work_as_in_the_lean_loop(tmp_path, method):
+    """SCAFFOLD corrects `.grad` in before_optimizer_step, FedProx reads its anchor and μ (through the read-only
+    hyperparameters) inside the loss: three rounds agree with the lean loop's to rounding."""
+    runs = {}
+    for loop in ("lean", "compiled"):
+        head_federation(tmp_path / loop, rounds=3, model=MLP(hidden=(6,)), method=method, local=local(loop, batch_size=16)).fit()
+        runs[loop] = load_checkpoint(tmp_path / loop).global_weights
+    for k in runs["lean"]:
+        torch.testing.assert_close(runs["compiled"][k], runs["lean"][k], rtol=1e-4, atol=1e-5)
+
+
+def test_a_parameter_the_loss_does_not_reach_is_left_alone():
+    """FedSR without its CMI term never uses the model's reference Gaussians (r_mu, r_sigma, C). After backward()
+    their .grad is None, so SGD leaves them alone; a compiled gradient would be zero, and weight decay would move
+    them. The compiled loop differentiates only what the first (eager) step reached."""
+    fits = client_fits("compiled", method=FedSR(cmi=0.0), model=FedSRModel(hidden=[8], dim=4))
+    for fit in fits:
+        assert torch.equal(fit.weights["r_mu"], torch.zeros(3, 4))
+        assert torch.equal(fit.weights["r_sigma"], torch.ones(3, 4))
+        assert torch.equal(fit.weights["C"], torch.ones(()))
+
+
+def test_each_client_class_compiles_on_its_own_budget(monkeypatch):
+    """Graphs are kept per client class and parameter layout: with dynamo allowed one graph per code object, FedAvg
+    and FedProx clients (two classes) and a second model (another layout) still compile in one process."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    client_fits("compiled")
+    client_fits("compiled", method=FedProx(mu=0.5))
+    client_fits("compiled", model=MLP(hidden=(7,)))
+
+
+def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
+    """FedProto accumulates prototype sums in place inside its loss: not expressible under a grad transform."""
+    with pytest.raises(RuntimeError, match=r"local.loop: compiled could not compile FedProtoClient.local_loss.*Use local.loop: lean"):
+        client_fits("compiled", method=FedProto())
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"loop": "jit"}, "local.loop must be 'lean', 'standard' or 'compiled', got 'jit'"),
+    ({"loop": "compiled", "precision": "16-mixed"}, "needs local.loop: standard"),
+])
+def test_bad_loop_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LocalTraining(**kwargs)
+
+
+def test_read_only_hyperparameters_still_pickle_and_refuse_writes():
+    """HyperParameters reads `_method` as a plain attribute (dynamo traces it; object.__getattribute__ it did not)."""
+    hp = pickle.loads(pickle.dumps(HyperParameters(FedProx(mu=0.25))))
+    assert hp.mu == 0.25
+    with pytest.raises(AttributeError, match="read-only"):
+        hp.mu = 1.0
+    with pytest.raises(AttributeError):
+        hp.no_such_hyperparameter
+
+
+def test_layouts_key_the_compiled_functions():
+    a = compiled.compiled_loss_and_grads((FedAvg, (("w", torch.Size([2]), torch.float32, torch.device("cpu")),)))
+    b = compiled.compiled_loss_and_grads((FedAvg, (("w", torch.Size([2]), torch.float32, torch.device("cpu")),)))
+    c = compiled.compiled_loss_and_grads((FedProx, (("w", torch.Size([2]), torch.float32, torch.device("cpu")),)))
+    assert a is b and a is not c
