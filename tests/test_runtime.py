@@ -196,6 +196,35 @@ def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
         assert torch.equal(result.weights[name], value), name
 
 
+def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_factories(monkeypatch):
+    """Lightning scans the installed distributions for external-callback entry points in every Trainer; client fits
+    do it once per process, and every Trainer still loads and calls what the scan found."""
+    import lightning.fabric.utilities.registry as registry
+
+    from flsuite.federation.client import run_client
+    from flsuite.federation.task import ClientTask
+
+    scans, calls = [], []
+
+    class EntryPoint:  # what an installed package registers under lightning.pytorch.callbacks_factory
+        name = "probe"
+
+        def load(self):
+            return lambda: calls.append(1) or []
+
+    def scan(**selection):
+        scans.append(selection)
+        return [EntryPoint()]
+
+    monkeypatch.setattr(registry, "entry_points", scan)
+    env = _tiny_client_env(epochs=1)
+    weights = env.build_model().state_dict()
+    for k in range(3):
+        run_client(env, ClientTask(1, 0, k, weights))
+    assert scans == [{"group": "lightning.pytorch.callbacks_factory"}]
+    assert len(calls) == 3
+
+
 def test_ray_workers_get_their_share_of_the_cpus():
     """RayExecutor's "auto": a worker of an image model uses the CPUs Ray assigned it (cpus_per_client), a worker of
     a head on feature vectors one thread; an explicit count is used as is."""
