@@ -244,9 +244,12 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     for t in study.trials:
         if t.state.name == "FAIL":  # the trial the kill interrupted, retried with the same parameters
             assert t.user_attrs.get("interrupted")
-            # (its params are empty when the kill came before sampling; its grid point is what must carry over)
-            assert any(r.user_attrs.get("retry_of") == t.number and r.system_attrs["grid_id"] == t.system_attrs["grid_id"]
-                       and t.params.items() <= r.params.items() for r in done)
+            retries = [r for r in done if r.user_attrs.get("retry_of") == t.number]
+            assert len(retries) == 1 and t.params.items() <= retries[0].params.items()
+            if "grid_id" in t.system_attrs:  # its grid point was drawn (its params may still be empty): it carries over
+                assert retries[0].system_attrs["grid_id"] == t.system_attrs["grid_id"]
+            # else the kill came between the trial's creation and its draw: the retry draws a free point (the three
+            # distinct values above show none was done twice or lost)
     best = max(done, key=lambda t: t.value)
     summary = json.loads((Path(best.user_attrs["run_dir"]) / "summary.json").read_text())
     assert study.best_trial.number == best.number and best.value == summary["last5/acc_mean"]
@@ -285,8 +288,11 @@ def test_a_resumed_grid_sweep_visits_each_point_once(tmp_path: Path):
     assert sorted(t.params["x"] for t in study.trials) == [0.1, 0.2, 0.3, 0.4, 0.5]
 
 
-@pytest.mark.parametrize("sampled", [True, False], ids=["after-sampling", "before-sampling"])
-def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point(tmp_path: Path, sampled: bool):
+@pytest.mark.parametrize("killed_at", ["after-sampling", "before-sampling", "before-its-grid-point"])
+def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point(tmp_path: Path, killed_at: str):
+    """A kill leaves a trial RUNNING: after its parameter was sampled, after its grid point was drawn but before any
+    parameter, or right after optuna created it, before the sampler drew its point. The resumed sweep reruns the
+    first two at their grid point; the third's retry draws a free point. Every value is done exactly once."""
     (tmp_path / "flsuite").mkdir()
     (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
     file = tmp_path / "grid.yaml"
@@ -297,11 +303,19 @@ def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point
     }))
     first = sw.Sweep(file, tmp_path / "out", poll_s=0.02)
     first.run(1)
-    killed = first.study().ask()  # left RUNNING, as by a kill (with its grid point assigned)
-    if sampled:
-        killed.suggest_categorical("x", values)
+    study = first.study()
+    if killed_at == "before-its-grid-point":
+        number = study._storage.get_trial_number_from_id(study._storage.create_new_trial(study._study_id))
+    else:
+        killed = study.ask()  # left RUNNING, as by a kill (with its grid point assigned)
+        number = killed.number
+        if killed_at == "after-sampling":
+            killed.suggest_categorical("x", values)
     study = sw.Sweep(file, tmp_path / "out", workers=2, poll_s=0.02).run(4)
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["x"] for t in done) == values
-    retry = next(t for t in done if t.user_attrs.get("retry_of") == killed.number)
-    assert retry.system_attrs["grid_id"] == study.trials[killed.number].system_attrs["grid_id"]
+    retry = next(t for t in done if t.user_attrs.get("retry_of") == number)
+    if killed_at == "before-its-grid-point":
+        assert "grid_id" not in study.trials[number].system_attrs
+    else:
+        assert retry.system_attrs["grid_id"] == study.trials[number].system_attrs["grid_id"]
