@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # local.loop: compiled against the lean loop on a real study setting: GGEUR's digits_offline protocol (frozen
 # EfficientNet-Lite0 features, FedAvg + GGEUR Steps 1 & 2, 4 clients x ~12,500 steps per round), the same seeds,
-# one run per (loop, seed). The table (docs/results/compiled_loop.md) groups the runs by local.loop: accuracy must
+# one run per (loop, seed). The table (docs/results/compiled_loop/compare.md) groups the runs by local.loop: accuracy must
 # agree within seed noise, time per round is the point.
 #
 #   bash benchmarks/compiled_loop_accuracy.sh                  # ROUNDS=20 SEEDS="0 1 2" by default
