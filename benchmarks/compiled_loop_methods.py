@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
+from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.loop import Federation
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import FedCiR, ProbabilisticEncoder
@@ -34,8 +36,6 @@ from flsuite.methods.fpl import FPL
 from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
-from flsuite.data.builtin import GaussianFeatures
-from flsuite.federation.loop import Federation
 from flsuite.tracking import WandbConfig
 
 MLP6 = MLP(hidden=(6,))
@@ -59,8 +59,8 @@ def run(root: Path, name: str, loop: str):
     local = LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled" if loop.startswith("compiled") else loop)
     try:
         federation(root / f"{name}-{loop}", rounds=3, model=model, method=factory(), local=local).fit()
-    except Exception as e:  # report the reason, go on with the next method
-        reason = re.search(r"compiled could not compile (\S+) into one graph \((.*)\)\. Use local.loop", str(e), re.S)
+    except Exception as e:  # noqa: BLE001 — report the reason, go on with the next method
+        reason = re.search(r"compiled could not compile (\S+) into one graph \((.*)\)\. Use local.loop", str(e), re.DOTALL)
         when = str(e).split(":")[0]  # "round k"
         return f"{when}: {reason.group(2)}" if reason else f"{type(e).__name__}: {e}"
     return load_checkpoint(root / f"{name}-{loop}").global_weights

@@ -16,11 +16,11 @@ import argparse
 import statistics
 import time
 
+import cpu_policy
 import torch
 import torch.nn.functional as F
 from torch.optim.sgd import sgd as functional_sgd
 
-import cpu_policy
 from flsuite.data.base import EpochBatches
 from flsuite.seeding import torch_generator
 
@@ -53,12 +53,13 @@ def main() -> None:
         env = cpu_policy.client_env(fed)
         weights = env.build_model().state_dict()
 
-        def summed_loss(w, b, x, y):
+        def summed_loss(w, b, x, y, k=k):
             logits = torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(k, -1).mean(1).sum()
 
         grad = torch.compile(torch.func.grad(summed_loss, argnums=(0, 1)), fullgraph=True, dynamic=False)
-        runs = {"lockstep": lambda: lockstep_round(fed, weights, grad), "closed form": lambda: cpu_policy.closed_form_loop(env, weights)}
+        runs = {"lockstep": lambda fed=fed, weights=weights, grad=grad: lockstep_round(fed, weights, grad),
+                "closed form": lambda env=env, weights=weights: cpu_policy.closed_form_loop(env, weights)}
         times: dict[str, list[float]] = {name: [] for name in runs}
         for fn in runs.values():
             fn()  # compile, warm up

@@ -19,8 +19,8 @@ from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.methods.base import HyperParameters
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fedprox import FedProx
 from flsuite.methods.fedproto import FedProto
+from flsuite.methods.fedprox import FedProx
 from flsuite.methods.fedsr import FedSR, FedSRModel
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
@@ -122,7 +122,7 @@ def test_read_only_hyperparameters_still_pickle_and_refuse_writes():
     with pytest.raises(AttributeError, match="read-only"):
         hp.mu = 1.0
     with pytest.raises(AttributeError):
-        hp.no_such_hyperparameter
+        _ = hp.no_such_hyperparameter
 
 
 def test_layouts_key_the_compiled_functions():

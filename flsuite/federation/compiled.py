@@ -123,7 +123,7 @@ def _first_line(error: Exception, limit: int = 400) -> str:
     """The reason in dynamo's message: the operation that failed under fake tensors if it names one, else its first
     line."""
     text = str(error)
-    inner = re.search(r"got (\w+Error)\('(.+?)'\)", text, re.S)
+    inner = re.search(r"got (\w+Error)\('(.+?)'\)", text, re.DOTALL)
     if inner:
         text = f"{inner.group(1)}: {inner.group(2)}"
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().endswith("raised:")]
