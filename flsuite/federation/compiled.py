@@ -1,7 +1,7 @@
 """`local.loop: compiled`: the lean loop with each batch's forward and backward as one compiled graph.
 
 On a small head (Linear(1280, 10), batch 16, one CPU thread) an eager step is ~200 µs for ~1 MFLOP: the time is
-autograd's graph recording and engine start (~20 µs for any `backward()`, ~5-9 per node), one dispatch per kernel and torch.optim's
+autograd's graph recording and engine start (~24 µs for any `backward()`, 4-11 per further node), one dispatch per kernel and torch.optim's
 per-tensor update, not arithmetic. Here the method's own `local_loss` is differentiated once, at trace time, with
 `torch.func.grad_and_value` over the trainable parameters and compiled (`torch.compile`, inductor, `fullgraph=True`):
 each step is then one call running the forward and backward kernels with nothing recorded, and the optimiser is
@@ -109,8 +109,7 @@ class CompiledBackward:
     def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The lean loop's step. The first one of a fit also records which parameters the loss reaches, and the
         optimiser creates its state (momentum buffers) in it exactly as in the lean loop."""
-        loss = self.client.local_loss(x, y)
-        loss.backward()
+        loss = self.client.eager_backward(x, y)
         if self.compiled is not None:
             return loss
         self.reached = [(n, p) for n, p in self.trainable if p.grad is not None]

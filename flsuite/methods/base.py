@@ -71,17 +71,14 @@ class ClientModule(L.LightningModule):
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
         if compiled and self._compiled_backward is None:
             self._compiled_backward = CompiledBackward(self)
+        backward = self._compiled_backward if compiled else self.eager_backward
         device = self.device
         losses = []
         for x, y in epoch_batches:
             if x.device != device:
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             clear_grads()
-            if compiled:
-                loss = self._compiled_backward(x, y)
-            else:
-                loss = self.local_loss(x, y)
-                loss.backward()
+            loss = backward(x, y)
             self.before_optimizer_step()
             step()
             self.after_optimizer_step()
@@ -89,6 +86,12 @@ class ClientModule(L.LightningModule):
             self.num_steps += 1
         if losses:  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
             self._loss_sum += torch.stack(losses).double().cumsum(0)[-1].cpu()
+
+    def eager_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The lean loop's gradient: `local_loss` on the batch, `backward()` into `.grad`; returns the loss."""
+        loss = self.local_loss(x, y)
+        loss.backward()
+        return loss
 
     # ---- the standard loop (local.loop: standard) ------------------------------------------------------------
     def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
