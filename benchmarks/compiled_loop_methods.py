@@ -12,14 +12,13 @@ run stops with (abridged).
 from __future__ import annotations
 
 import re
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.loop import Federation
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import FedCiR, ProbabilisticEncoder
@@ -36,7 +35,9 @@ from flsuite.methods.fpl import FPL
 from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
-from flsuite.tracking import WandbConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's small federation, as the tests run it
+from tests.helpers import head_federation  # noqa: E402
 
 MLP6 = MLP(hidden=(6,))
 CASES = {  # name: (method factory, model)
@@ -48,17 +49,11 @@ CASES = {  # name: (method factory, model)
 }
 
 
-def federation(run_dir: Path, **kwargs) -> Federation:
-    """The test suite's small federation (tests/helpers.py: head_federation): Gaussian features, 2 domains x 2 clients."""
-    data = GaussianFeatures(dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=60, test_per_domain=60)
-    return Federation(data=data, seed=7, run_dir=run_dir, progress=False, wandb=WandbConfig(enabled=False), **kwargs)
-
-
 def run(root: Path, name: str, loop: str):
     factory, model = CASES[name]
     local = LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled" if loop.startswith("compiled") else loop)
     try:
-        federation(root / f"{name}-{loop}", rounds=3, model=model, method=factory(), local=local).fit()
+        head_federation(root / f"{name}-{loop}", rounds=3, model=model, method=factory(), local=local).fit()
     except Exception as e:  # noqa: BLE001 — report the reason, go on with the next method
         reason = re.search(r"compiled could not compile (\S+) into one graph \((.*)\)\. Use local.loop", str(e), re.DOTALL)
         when = str(e).split(":")[0]  # "round k"
