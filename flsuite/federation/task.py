@@ -42,8 +42,8 @@ class LocalTraining:
             optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
             through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
             the lean loop with each batch's forward and backward compiled into one graph and a fused SGD update
-            (flsuite.federation.compiled): frozen-feature heads step in ~0.9 of the lean loop's time
-            after a one-off compilation per process, the same training up to the last bits (not a bit-identical
+            (flsuite.federation.compiled): 0.87-0.88 of the lean loop's time per step in the CPU benchmark
+            after a one-off compilation per process (no measurable gain on a GGEUR study's rounds), the same training up to the last bits (not a bit-identical
             rerun of a lean run), for methods whose local loss dynamo captures whole (docs/performance.md).
         precision: Lightning precision of client fits ("32-true", or "16-mixed"/"bf16-mixed" with loop "standard").
         augment: Per-batch training augmentation of image inputs (random crop with padding, horizontal flip), drawn
