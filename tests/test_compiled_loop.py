@@ -19,6 +19,7 @@ from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.methods.base import HyperParameters
 from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fedntd import FedNTD
 from flsuite.methods.fedproto import FedProto
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.fedsr import FedSR, FedSRModel
@@ -51,6 +52,115 @@ def test_a_compiled_fit_is_the_lean_fit_up_to_rounding(batch_size, steps):
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
     assert not torch.equal(fast[0].weights["1.weight"], fast[1].weights["1.weight"])  # two clients, two fits
+
+
+class CrossEntropyOf(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.model(x), y)
+
+
+def scanned_calls(monkeypatch) -> list[int]:
+    """The lengths of the scanned calls (runs of full batches) of every fit from here on."""
+    calls, scan = [], compiled.CompiledSteps._scan
+    monkeypatch.setattr(compiled.CompiledSteps, "_scan", lambda self, batches: calls.append(len(batches)) or scan(self, batches))
+    return calls
+
+
+@pytest.mark.parametrize(("batch_size", "runs"), [(4, [10, 11, 11]), (8, [4, 5, 5])], ids=["equal batches", "a smaller last batch"])
+def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs):
+    """FedAvg with SGD: nothing runs between two steps, so after the fit's first (eager) step each epoch's full
+    batches are one call (44 samples: 11 batches of 4, or 5 of 8 and a last one of 4, which runs eagerly)."""
+    calls = scanned_calls(monkeypatch)
+    fits = client_fits("compiled", batch_size=batch_size)
+    assert calls == runs * 2  # two clients
+    assert all(fit.num_steps == 33 if batch_size == 4 else 18 for fit in fits)
+
+
+def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(monkeypatch):
+    """`local.steps`: 14 batches of 8 over 44 samples cross passes (5 full + 1 of 4 per pass): runs of full batches
+    from two passes are stacked by copy, and the smaller batches run eagerly between them."""
+    calls = scanned_calls(monkeypatch)
+    lean, fast = client_fits("lean", batch_size=8, steps=14), client_fits("compiled", batch_size=8, steps=14)
+    assert calls == [4, 5, 2] * 2
+    for a, b in zip(lean, fast):
+        assert a.num_steps == b.num_steps == 14
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("method", "kwargs"), [(Scaffold(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})],
+                         ids=["a before_optimizer_step hook", "Adam"])
+def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch, method, kwargs):
+    calls = scanned_calls(monkeypatch)
+    client_fits("compiled", method=method, **kwargs)
+    assert calls == []
+
+
+def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, caplog):
+    """FedNTD drops each row's true class by boolean-mask indexing: a shape that depends on the data, which dynamo
+    captures for one batch but not inside a scan. The fit goes on one compiled call per batch, says so once, and
+    trains as the lean loop does; later fits of the layout do not try again."""
+    calls = scanned_calls(monkeypatch)
+    monkeypatch.setattr(compiled, "_UNSCANNED", set())  # as in a new process
+    lean = client_fits("lean", method=FedNTD())
+    with caplog.at_level("WARNING", logger="flsuite.federation.compiled"):
+        fast = client_fits("compiled", method=FedNTD())
+    assert calls == [10]  # the first try; the second client does not scan
+    assert [r.getMessage() for r in caplog.records if "could not be scanned" in r.getMessage()] == [
+        caplog.records[0].getMessage()] and "FedNTDClient" in caplog.records[0].getMessage()
+    for a, b in zip(lean, fast):
+        assert a.num_steps == b.num_steps == 33
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", [
+    {"momentum": 0.9, "weight_decay": 1e-2}, {"momentum": 0.9, "dampening": 0.3}, {"momentum": 0.8, "nesterov": True, "weight_decay": 1e-3},
+    {"momentum": 0.0, "weight_decay": 1e-2}, {"momentum": 0.5, "maximize": True},
+], ids=["momentum+decay", "dampening", "nesterov", "no momentum", "maximize"])
+def test_scanned_steps_follow_torch_sgd(rule):
+    """`_sgd_steps` (eager scan) against torch.optim.SGD, after a first torch step that creates the buffers."""
+    torch.manual_seed(0)
+    loss_module = CrossEntropyOf(MLP(hidden=(5,)).build((6,), 3))
+    xs, ys = torch.randn(5, 4, 6), torch.randint(0, 3, (5, 4))
+    optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.1, **rule)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = loss_module(x, y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    step(xs[0], ys[0])
+    named = dict(loss_module.named_parameters())
+    params = {n: p.detach().clone() for n, p in named.items()}
+    momentum = rule.get("momentum", 0.0)
+    buffers = {n: optimizer.state[p]["momentum_buffer"].clone() for n, p in named.items()} if momentum else {}
+    spec = (momentum, rule.get("dampening", 0.0), rule.get("weight_decay", 0.0), rule.get("nesterov", False), rule.get("maximize", False))
+    new, new_buffers, grads, losses = compiled._sgd_steps(loss_module, params, buffers, torch.tensor(0.1), spec, xs[1:], ys[1:])
+    torch.testing.assert_close(losses, torch.stack([step(x, y) for x, y in zip(xs[1:], ys[1:])]))
+    for n, p in named.items():
+        torch.testing.assert_close(new[n], p.detach())
+        torch.testing.assert_close(grads[n], p.grad)
+        if momentum:
+            torch.testing.assert_close(new_buffers[n], optimizer.state[p]["momentum_buffer"])
+    assert not torch.equal(new["model.1.weight"], params["model.1.weight"])
+
+
+def test_consecutive_batches_are_stacked_as_a_view_of_their_epoch():
+    epoch = torch.arange(40.0).reshape(10, 4)
+    batches = list(epoch.split(3))
+    view = compiled.stacked(batches[:3])
+    assert view.data_ptr() == epoch.data_ptr() and torch.equal(view, torch.stack(batches[:3]))
+    later = compiled.stacked(batches[1:3])  # not at the start of its storage: a copy
+    assert later.data_ptr() != epoch.data_ptr() and later.storage_offset() == 0 and torch.equal(later, torch.stack(batches[1:3]))
+    apart = [torch.ones(3, 4), torch.zeros(3, 4)]
+    assert torch.equal(compiled.stacked(apart), torch.stack(apart))
 
 
 def test_compiled_fits_repeat_to_the_bit():

@@ -12,7 +12,7 @@ The round loop (flsuite.federation.loop) calls only these hooks, so it holds no 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning as L
@@ -20,9 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.compiled import CompiledBackward
+from flsuite.federation.compiled import CompiledSteps
 from flsuite.federation.sgd import grad_clearer, optimizer_step
-from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.task import (
+    ClientResult,
+    ClientTask,
+    LocalTraining,
+    State,
+    Weights,
+)
 from flsuite.federation.weights import num_bytes
 
 if TYPE_CHECKING:
@@ -47,7 +53,7 @@ class ClientModule(L.LightningModule):
         self.task = task
         self._loss_sum = torch.zeros((), dtype=torch.float64)
         self.num_steps = 0
-        self._compiled_backward: CompiledBackward | None = None
+        self._compiled_steps: CompiledSteps | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -69,23 +75,31 @@ class ClientModule(L.LightningModule):
         optimizer = self.optimizers().optimizer
         compiled = self.local.loop == "compiled"
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
-        if compiled and self._compiled_backward is None:
-            self._compiled_backward = CompiledBackward(self)
-        backward = self._compiled_backward if compiled else self.eager_backward
-        device = self.device
-        losses = []
-        for x, y in epoch_batches:
-            if x.device != device:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+        def one_step(x: torch.Tensor, y: torch.Tensor, backward: Callable) -> torch.Tensor:
             clear_grads()
             loss = backward(x, y)
             self.before_optimizer_step()
             step()
             self.after_optimizer_step()
-            losses.append(loss.detach())
             self.num_steps += 1
-        if losses:  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
-            self._loss_sum += torch.stack(losses).double().cumsum(0)[-1].cpu()
+            return loss.detach()
+
+        device = self.device
+        if compiled:
+            if self._compiled_steps is None:
+                self._compiled_steps = CompiledSteps(self, optimizer)
+            on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in epoch_batches]
+            losses = torch.cat(self._compiled_steps.epoch(on_device, one_step)) if on_device else None
+        else:
+            stepped = []
+            for x, y in epoch_batches:
+                if x.device != device:
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                stepped.append(one_step(x, y, self.eager_backward))
+            losses = torch.stack(stepped) if stepped else None
+        if losses is not None:  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
+            self._loss_sum += losses.double().cumsum(0)[-1].cpu()
 
     def eager_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The lean loop's gradient: `local_loss` on the batch, `backward()` into `.grad`; returns the loss."""
