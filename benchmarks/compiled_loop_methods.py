@@ -63,9 +63,16 @@ def run(root: Path, name: str, loop: str):
 
 
 def scanned_calls() -> list[int]:
-    """Counts the scanned calls of every CompiledSteps from here on (a list that grows in place)."""
+    """Counts the scanned calls of every CompiledSteps from here on that ran (not those that could not compile)."""
     calls, scan = [], compiled.CompiledSteps._scan
-    compiled.CompiledSteps._scan = lambda self, batches: calls.append(1) or scan(self, batches)
+
+    def counted(self, batches):
+        losses = scan(self, batches)
+        if losses is not None:
+            calls.append(1)
+        return losses
+
+    compiled.CompiledSteps._scan = counted
     return calls
 
 

@@ -17,7 +17,7 @@ from flsuite.federation import compiled
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.task import ClientTask, LocalTraining
-from flsuite.methods.base import HyperParameters
+from flsuite.methods.base import ClientModule, HyperParameters
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedntd import FedNTD
 from flsuite.methods.fedproto import FedProto
@@ -92,12 +92,42 @@ def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(mo
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("method", "kwargs"), [(Scaffold(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})],
+class ClippingClient(ClientModule):
+    def before_optimizer_step(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=0.05)
+
+
+class ClippedFedAvg(FedAvg):
+    client_module = ClippingClient
+
+
+@pytest.mark.parametrize(("method", "kwargs"), [(ClippedFedAvg(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})],
                          ids=["a before_optimizer_step hook", "Adam"])
 def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch, method, kwargs):
+    """Method code between two steps (here gradient clipping), or an optimiser other than plain SGD: each batch is
+    one compiled forward-and-backward, the hook and the optimiser's step run between them, as in the lean loop."""
     calls = scanned_calls(monkeypatch)
-    client_fits("compiled", method=method, **kwargs)
+    lean, fast = client_fits("lean", method=method, **kwargs), client_fits("compiled", method=method, **kwargs)
     assert calls == []
+    for a, b in zip(lean, fast):
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_gradient_offset_is_folded_into_the_scanned_steps(monkeypatch):
+    """SCAFFOLD's correction c − c_k is a `gradient_offset`: its fits scan, and train as the lean loop does (with
+    nonzero control variates from round 2 on: tested over rounds below)."""
+    calls = scanned_calls(monkeypatch)
+    offset = {"1.weight": torch.full((5, 6), 0.3), "3.bias": torch.tensor([0.5, -0.5, 0.0])}
+    monkeypatch.setattr(ClientModule, "gradient_offset", lambda self: offset)
+    lean, fast = client_fits("lean"), client_fits("compiled")
+    assert calls == [10, 11, 11] * 2
+    for a, b in zip(lean, fast):
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(ClientModule, "gradient_offset", lambda self: {})
+    plain = client_fits("lean")
+    assert not torch.equal(plain[0].weights["3.bias"], lean[0].weights["3.bias"])  # the offset moved the weights
 
 
 def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, caplog):
@@ -123,16 +153,20 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
     {"momentum": 0.0, "weight_decay": 1e-2}, {"momentum": 0.5, "maximize": True},
 ], ids=["momentum+decay", "dampening", "nesterov", "no momentum", "maximize"])
 def test_scanned_steps_follow_torch_sgd(rule):
-    """`_sgd_steps` (eager scan) against torch.optim.SGD, after a first torch step that creates the buffers."""
+    """`_sgd_steps` (eager scan) against torch.optim.SGD with a gradient offset added after backward, after a first
+    torch step that creates the buffers."""
     torch.manual_seed(0)
     loss_module = CrossEntropyOf(MLP(hidden=(5,)).build((6,), 3))
     xs, ys = torch.randn(5, 4, 6), torch.randint(0, 3, (5, 4))
     optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.1, **rule)
 
+    offsets = {"model.3.bias": torch.tensor([0.2, -0.1, 0.0])}  # a gradient offset, as SCAFFOLD's
+
     def step(x, y):
         optimizer.zero_grad()
         loss = loss_module(x, y)
         loss.backward()
+        loss_module.model[3].bias.grad.add_(offsets["model.3.bias"])
         optimizer.step()
         return loss.detach()
 
@@ -142,7 +176,7 @@ def test_scanned_steps_follow_torch_sgd(rule):
     momentum = rule.get("momentum", 0.0)
     buffers = {n: optimizer.state[p]["momentum_buffer"].clone() for n, p in named.items()} if momentum else {}
     spec = (momentum, rule.get("dampening", 0.0), rule.get("weight_decay", 0.0), rule.get("nesterov", False), rule.get("maximize", False))
-    new, new_buffers, grads, losses = compiled._sgd_steps(loss_module, params, buffers, torch.tensor(0.1), spec, xs[1:], ys[1:])
+    new, new_buffers, grads, losses = compiled._sgd_steps(loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:])
     torch.testing.assert_close(losses, torch.stack([step(x, y) for x, y in zip(xs[1:], ys[1:])]))
     for n, p in named.items():
         torch.testing.assert_close(new[n], p.detach())
@@ -182,9 +216,9 @@ def test_adam_trains_as_in_the_lean_loop(monkeypatch):
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (before_optimizer_step)", "fedprox (loss term)"])
+@pytest.mark.parametrize("method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (gradient offset)", "fedprox (loss term)"])
 def test_method_hooks_and_loss_terms_work_as_in_the_lean_loop(tmp_path, method):
-    """SCAFFOLD corrects `.grad` in before_optimizer_step, FedProx reads its anchor and μ (through the read-only
+    """SCAFFOLD offsets the gradients by its control variates, FedProx reads its anchor and μ (through the read-only
     hyperparameters) inside the loss: three rounds agree with the lean loop's to rounding."""
     runs = {}
     for loop in ("lean", "compiled"):

@@ -7,11 +7,12 @@ method's own `local_loss` is differentiated once, at trace time (`torch.func.gra
 parameters), and compiled (`torch.compile`, inductor, `fullgraph=True`), in one of two forms:
 
 - **A run of batches per call** (`CompiledSteps`, where `scans_sgd` holds: torch's plain SGD and no method code
-  between two steps, i.e. the default `before_optimizer_step`/`after_optimizer_step`). An epoch's consecutive full
+  between two steps, i.e. the default `before_optimizer_step`/`after_optimizer_step`; a constant
+  `gradient_offset`, SCAFFOLD's correction, is folded into the steps). An epoch's consecutive full
   batches are one `scan` (torch's loop operator, `torch._higher_order_ops.scan`) over `_sgd_steps`: gradient and SGD
   update of every step in one graph, compiled once for every run length (the length is a dynamic dimension). The
   fixed cost of a call is paid once per epoch instead of once per step.
-- **One call per batch** (`CompiledBackward`) otherwise (SCAFFOLD's gradient correction, Adam/AdamW): each full
+- **One call per batch** (`CompiledBackward`) otherwise (a method with step hooks, Adam/AdamW): each full
   batch's forward and backward are one call, the gradients go to `.grad` for the method's hooks, and the update is
   torch's fused SGD (`fused=True`) or the optimiser's own `step()`. Also where dynamo can capture the loss for one
   batch but not inside a scan (FedNTD's boolean-mask indexing: a data-dependent shape): the first scan fails to
@@ -105,15 +106,17 @@ def compiled_loss_and_grads(layout: Layout) -> Callable:
 
 
 def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-               lr: torch.Tensor, rule: tuple[float, float, float, bool, bool], xs: torch.Tensor, ys: torch.Tensor):
+               offsets: dict[str, torch.Tensor], lr: torch.Tensor, rule: tuple[float, float, float, bool, bool],
+               xs: torch.Tensor, ys: torch.Tensor):
     """len(xs) SGD steps, the t-th on batch (xs[t], ys[t]), as one `scan`: each step differentiates the loss at the
-    current parameters and applies torch's SGD rule (torch.optim.SGD's documentation), with the momentum buffers b
-    already created (by the fit's first, eager step):
+    current parameters, adds the method's constant gradient offset o (`ClientModule.gradient_offset`, 0 where it has
+    none) and applies torch's SGD rule (torch.optim.SGD's documentation), with the momentum buffers b already created
+    (by the fit's first, eager step):
 
-        d = ±∇L(θ) + λθ,  b ← μ b + (1 − τ) d,  d ← d + μ b (Nesterov) or b,  θ ← θ − η d
+        g = ∇L(θ) + o,  d = ±g + λθ,  b ← μ b + (1 − τ) d,  d ← d + μ b (Nesterov) or b,  θ ← θ − η d
 
     (rule = (μ, τ, λ, nesterov, maximize); no buffers when μ = 0). Returns the parameters, buffers, the last step's
-    gradients (what `.grad` holds after it) and the t losses."""
+    g (what `.grad` holds after it) and the t losses."""
     momentum, dampening, weight_decay, nesterov, maximize = rule
 
     def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -124,6 +127,7 @@ def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers
     def step(carry, batch):
         p, b, _ = carry
         grads, value = grad_and_value(p, *batch)
+        grads = {n: g + offsets[n] if n in offsets else g for n, g in grads.items()}
         new_p, new_b = {}, {}
         for n, w in p.items():
             d = -grads[n] if maximize else grads[n]
@@ -231,10 +235,12 @@ class CompiledSteps:
         momentum = group["momentum"]
         params = {n: p.detach() for n, p in reached}
         buffers = {n: state[p]["momentum_buffer"] for n, p in reached} if momentum != 0 else {}
+        offset_of = dict(self.client.gradient_offset_pairs())
+        offsets = {n: offset_of[p] for n, p in reached if p in offset_of}
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
-            params, buffers, grads, losses = self.scanned(self.backward.loss_module, params, buffers, lr, rule, xs, ys)
+            params, buffers, grads, losses = self.scanned(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
         except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
             _UNSCANNED.add(layout)
             logger.warning("local.loop: compiled steps %s one batch per compiled call: its local_loss could not be "

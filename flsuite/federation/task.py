@@ -41,10 +41,11 @@ class LocalTraining:
         loop: "lean" (default): one `training_step` per epoch over pre-sliced in-memory batches with manual
             optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
             through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
-            the lean loop with each batch's forward and backward compiled into one graph and a fused SGD update
-            (flsuite.federation.compiled): 0.87-0.88 of the lean loop's time per step in the CPU benchmark
-            after a one-off compilation per process (no measurable gain on a GGEUR study's rounds), the same training up to the last bits (not a bit-identical
-            rerun of a lean run), for methods whose local loss dynamo captures whole (docs/performance.md).
+            the lean loop with its steps compiled (flsuite.federation.compiled): with plain SGD and a method without
+            step hooks, each epoch's run of full batches is one compiled call (gradients and updates of all its
+            steps), else one compiled forward-and-backward per batch; after a one-off compilation per process, the
+            same training up to the last bits (not a bit-identical rerun of a lean run), for methods whose local
+            loss dynamo captures whole. Speed and accuracy against the lean loop: docs/performance.md.
         precision: Lightning precision of client fits ("32-true", or "16-mixed"/"bf16-mixed" with loop "standard").
         augment: Per-batch training augmentation of image inputs (random crop with padding, horizontal flip), drawn
             from the task's seeded "augment" stream; off by default.

@@ -41,7 +41,8 @@ class ClientModule(L.LightningModule):
 
     Manual optimisation: Lightning calls `training_step` once per local epoch with that epoch's pre-sliced batches
     (see `flsuite.data.base.EpochBatches`), and the step loops over them. For each batch:
-    `zero_grad → local_loss → backward → before_optimizer_step → optimizer.step → after_optimizer_step`.
+    `zero_grad → local_loss → backward → + gradient_offset → before_optimizer_step → optimizer.step →
+    after_optimizer_step`.
     """
 
     def __init__(self, model: nn.Module, method: Method, local: LocalTraining, task: ClientTask) -> None:
@@ -76,9 +77,14 @@ class ClientModule(L.LightningModule):
         compiled = self.local.loop == "compiled"
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
 
+        offsets = self.gradient_offset_pairs()
+
         def one_step(x: torch.Tensor, y: torch.Tensor, backward: Callable) -> torch.Tensor:
             clear_grads()
             loss = backward(x, y)
+            for p, offset in offsets:
+                if p.grad is not None:
+                    p.grad.add_(offset)
             self.before_optimizer_step()
             step()
             self.after_optimizer_step()
@@ -123,6 +129,9 @@ class ClientModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.automatic_optimization:  # the lean loop calls the hook itself
+            for p, offset in self.gradient_offset_pairs():
+                if p.grad is not None:
+                    p.grad.add_(offset)
             self.before_optimizer_step()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -134,8 +143,20 @@ class ClientModule(L.LightningModule):
         """The local objective on one batch; FedAvg: cross-entropy."""
         return F.cross_entropy(self.model(x), y)
 
+    def gradient_offset(self) -> dict[str, torch.Tensor]:
+        """A constant added to the gradient of each named parameter of `self.model` after every backward, before
+        `before_optimizer_step` (e.g. SCAFFOLD's correction c − c_k); empty (the default): none. Read at the start of
+        every epoch, so it must stay fixed for the fit. Unlike a hook, `local.loop: compiled` folds it into the
+        steps it compiles together (flsuite.federation.compiled)."""
+        return {}
+
+    def gradient_offset_pairs(self) -> list[tuple[nn.Parameter, torch.Tensor]]:
+        """`gradient_offset` as (parameter, offset) pairs, in `self.model`'s parameter order."""
+        offset = self.gradient_offset()
+        return [(p, offset[n]) for n, p in self.model.named_parameters() if n in offset] if offset else []
+
     def before_optimizer_step(self) -> None:
-        """Called after backward, before the optimiser step (e.g. gradient corrections)."""
+        """Called after backward (and `gradient_offset`), before the optimiser step (e.g. gradient clipping)."""
 
     def after_optimizer_step(self) -> None:
         """Called after each optimiser step."""

@@ -53,10 +53,8 @@ class ScaffoldClient(ClientModule):
         self._upload: dict[str, dict[str, torch.Tensor]] = {}
         self._new_c_i: dict[str, torch.Tensor] = {}
 
-    def before_optimizer_step(self) -> None:
-        for n, p in self.model.named_parameters():
-            if n in self._correction and p.grad is not None:
-                p.grad.add_(self._correction[n])
+    def gradient_offset(self) -> dict[str, torch.Tensor]:
+        return self._correction
 
     def on_fit_end(self) -> None:
         scale = 1.0 / (self.steps_taken() * self.local.lr_at(self.task.round))
