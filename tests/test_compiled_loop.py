@@ -130,20 +130,44 @@ def test_a_gradient_offset_is_folded_into_the_scanned_steps(monkeypatch):
     assert not torch.equal(plain[0].weights["3.bias"], lean[0].weights["3.bias"])  # the offset moved the weights
 
 
+class MaskIndexingClient(ClientModule):
+    """Cross-entropy plus a penalty on the logits of the wrong classes, picked by boolean-mask indexing."""
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.model(x)
+        wrong = logits[torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)]
+        return torch.nn.functional.cross_entropy(logits, y) + 0.1 * wrong.pow(2).mean()
+
+
+class MaskIndexingMethod(FedAvg):
+    client_module = MaskIndexingClient
+
+
 def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, caplog):
-    """FedNTD drops each row's true class by boolean-mask indexing: a shape that depends on the data, which dynamo
-    captures for one batch but not inside a scan. The fit goes on one compiled call per batch, says so once, and
-    trains as the lean loop does; later fits of the layout do not try again."""
-    calls = scanned_calls(monkeypatch)
+    """Boolean-mask indexing gives a shape that depends on the data: dynamo captures it for one batch but not inside
+    a scan. The fit goes on one compiled call per batch, says so once, and trains as the lean loop does; later fits
+    of the layout do not try again."""
+    tried, scan = [], compiled.CompiledSteps._scan
+    monkeypatch.setattr(compiled.CompiledSteps, "_scan", lambda self, batches: tried.append(len(batches)) or scan(self, batches))
     monkeypatch.setattr(compiled, "_UNSCANNED", set())  # as in a new process
-    lean = client_fits("lean", method=FedNTD())
+    lean = client_fits("lean", method=MaskIndexingMethod())
     with caplog.at_level("WARNING", logger="flsuite.federation.compiled"):
-        fast = client_fits("compiled", method=FedNTD())
-    assert calls == [10]  # the first try; the second client does not scan
-    assert [r.getMessage() for r in caplog.records if "could not be scanned" in r.getMessage()] == [
-        caplog.records[0].getMessage()] and "FedNTDClient" in caplog.records[0].getMessage()
+        fast = client_fits("compiled", method=MaskIndexingMethod())
+    assert tried == [10]  # the first try; the second client does not scan
+    warnings = [r.getMessage() for r in caplog.records if "could not be scanned" in r.getMessage()]
+    assert len(warnings) == 1 and "MaskIndexingClient" in warnings[0]
     for a, b in zip(lean, fast):
         assert a.num_steps == b.num_steps == 33
+        for k in a.weights:
+            torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
+
+
+def test_fedntd_scans(monkeypatch):
+    """FedNTD picks the not-true logits by a gather (static shapes), so its fits scan and match the lean loop."""
+    calls = scanned_calls(monkeypatch)
+    lean, fast = client_fits("lean", method=FedNTD()), client_fits("compiled", method=FedNTD())
+    assert calls == [10, 11, 11] * 2
+    for a, b in zip(lean, fast):
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
@@ -242,8 +266,12 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
 def test_each_client_class_compiles_on_its_own_budget(monkeypatch):
     """Graphs are kept per client class and parameter layout, for full batches only: with dynamo allowed one graph
     per code object, FedAvg and FedProx clients (two classes) and a second model (another layout) compile in one
-    process, and an epoch's smaller last batch (44 samples at batch 8) needs no second graph."""
+    process; runs of 4 and 5 full batches (the first epoch and the others) share one scanned graph, and an epoch's
+    smaller last batch (44 samples at batch 8) needs no second graph."""
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    torch._dynamo.reset()  # as in a new process: earlier tests compiled these layouts at other batch sizes and
+    compiled.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
+    compiled.compiled_loss_and_grads.cache_clear()
     client_fits("compiled", batch_size=8)
     client_fits("compiled", batch_size=8, method=FedProx(mu=0.5))
     client_fits("compiled", batch_size=8, model=MLP(hidden=(7,)))

@@ -15,7 +15,7 @@ parameters), and compiled (`torch.compile`, inductor, `fullgraph=True`), in one 
 - **One call per batch** (`CompiledBackward`) otherwise (a method with step hooks, Adam/AdamW): each full
   batch's forward and backward are one call, the gradients go to `.grad` for the method's hooks, and the update is
   torch's fused SGD (`fused=True`) or the optimiser's own `step()`. Also where dynamo can capture the loss for one
-  batch but not inside a scan (FedNTD's boolean-mask indexing: a data-dependent shape): the first scan fails to
+  batch but not inside a scan (boolean-mask indexing: a shape that depends on the data): the first scan fails to
   compile, a warning says so, and that layout steps per batch for the rest of the process.
 
 What stays the same as the lean loop: one Lightning fit per client, the same batches, the same update rule, the
@@ -223,8 +223,8 @@ class CompiledSteps:
 
     def _scan(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
         """The steps on `batches` as one call; None (and this fit, and every later one of its layout, steps one
-        compiled call per batch) if dynamo cannot capture the loss inside a scan (e.g. FedNTD's boolean-mask
-        indexing: a shape that depends on the data)."""
+        compiled call per batch) if dynamo cannot capture the loss inside a scan (e.g. boolean-mask indexing: a
+        shape that depends on the data)."""
         reached, state, layout = self.backward.reached, self.optimizer.state, self.backward.layout
         group = self.optimizer.param_groups[0]
         if self.scanned is None:

@@ -19,9 +19,11 @@ from flsuite.models.representation import frozen_copy
 
 
 def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """[batch, C] → [batch, C − 1]: each row without its true class's entry."""
-    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)
-    return logits[keep].view(len(y), logits.shape[1] - 1)
+    """[batch, C] → [batch, C − 1]: each row without its true class's entry, in class order. A gather of the columns
+    j + [j ≥ y] (j < C − 1): shapes that do not depend on the data, so `local.loop: compiled` can scan it; the same
+    values and gradients as boolean-mask indexing (a selection: nothing is summed)."""
+    columns = torch.arange(logits.shape[1] - 1, device=logits.device).expand(len(y), -1)
+    return logits.gather(1, columns + (columns >= y[:, None]))
 
 
 def ntd_loss(logits: torch.Tensor, global_logits: torch.Tensor, y: torch.Tensor, tau: float) -> torch.Tensor:

@@ -18,8 +18,8 @@ from flsuite.federation.executors import SerialExecutor
 from flsuite.federation.task import ClientResult, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.feddyn import FedDyn
+from flsuite.methods.fedntd import FedNTD, not_true_logits, ntd_loss
 from flsuite.methods.fedopt import FedOpt
-from flsuite.methods.fedntd import FedNTD, ntd_loss
 from flsuite.methods.fedproto import FedProto
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.ggeur import GGEUR
@@ -299,6 +299,20 @@ def test_ntd_loss_ignores_the_true_class_and_vanishes_for_equal_not_true_logits(
     assert float(ntd_loss(local, glob, y, tau=1.0)) == pytest.approx(0.0, abs=1e-7)
     glob[0, 1] = 3.0
     assert float(ntd_loss(local, glob, y, tau=1.0)) > 0.01
+
+
+def test_not_true_logits_are_the_masked_logits_in_class_order_with_the_same_gradients():
+    """The gather gives boolean-mask indexing's values and gradients to the bit (a selection: nothing is summed)."""
+    torch.manual_seed(0)
+    logits, y = torch.randn(16, 10, requires_grad=True), torch.randint(0, 10, (16,))
+    masked = logits[torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)].view(16, 9)
+    gathered = not_true_logits(logits, y)
+    assert torch.equal(gathered, masked)
+    assert torch.equal(not_true_logits(torch.tensor([[0.0, 1.0, 2.0, 3.0]]), torch.tensor([2])), torch.tensor([[0.0, 1.0, 3.0]]))
+    weights = torch.randn(16, 9)
+    (from_mask,) = torch.autograd.grad((masked * weights).sum(), logits)
+    (from_gather,) = torch.autograd.grad((gathered * weights).sum(), logits)
+    assert torch.equal(from_gather, from_mask)
 
 
 OVERLAYS = sorted((Path(__file__).resolve().parents[2] / "configs" / "baselines").glob("*.yaml"))
