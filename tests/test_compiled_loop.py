@@ -277,6 +277,24 @@ def test_each_client_class_compiles_on_its_own_budget(monkeypatch):
     client_fits("compiled", batch_size=8, model=MLP(hidden=(7,)))
 
 
+def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
+    """The scanned steps take the group's lr as a tensor, read at every call: a schedule over rounds (0.1 in round 1,
+    0.01 from round 2) trains as the lean loop does, with one graph (a constant lr would need one per value)."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    torch._dynamo.reset()
+    compiled.compiled_sgd_steps.cache_clear()
+    compiled.compiled_loss_and_grads.cache_clear()
+    calls = scanned_calls(monkeypatch)
+    runs = {}
+    for loop in ("lean", "compiled"):
+        schedule = local(loop, batch_size=16, lr_milestones=[2])
+        head_federation(tmp_path / loop, rounds=3, model=MLP(hidden=(6,)), local=schedule).fit()
+        runs[loop] = load_checkpoint(tmp_path / loop).global_weights
+    assert len(calls) == 3 * 4 * 3  # rounds x clients x epochs: every epoch scanned
+    for k in runs["lean"]:
+        torch.testing.assert_close(runs["compiled"][k], runs["lean"][k], rtol=1e-4, atol=1e-5)
+
+
 def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
     """FedProto accumulates prototype sums in place inside its loss: not expressible under a grad transform."""
     with pytest.raises(RuntimeError, match=r"local.loop: compiled could not compile FedProtoClient.local_loss.*Use local.loop: lean"):
