@@ -332,7 +332,7 @@ def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path):
     """Each Ray worker compiles its own graphs; they compute what the driver's compile computes."""
     from flsuite.federation.ray_executor import RayExecutor
 
-    kwargs = dict(rounds=2, model=MLP(hidden=(6,)), method=FedProx(mu=0.5), local=local("compiled", batch_size=16))
+    kwargs = {"rounds": 2, "model": MLP(hidden=(6,)), "method": FedProx(mu=0.5), "local": local("compiled", batch_size=16)}
     head_federation(tmp_path / "serial", **kwargs).fit()
     head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=2), **kwargs).fit()
     assert (tmp_path / "serial" / "metrics.jsonl").read_text() == (tmp_path / "ray" / "metrics.jsonl").read_text()
