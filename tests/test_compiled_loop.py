@@ -64,20 +64,21 @@ class CrossEntropyOf(torch.nn.Module):
 
 
 def scanned_calls(monkeypatch) -> list[int]:
-    """The lengths of the scanned calls (runs of full batches) of every fit from here on."""
+    """The lengths of the runs of full batches every fit from here on tries to scan (a failed try included)."""
     calls, scan = [], compiled.CompiledSteps._scan
     monkeypatch.setattr(compiled.CompiledSteps, "_scan", lambda self, batches: calls.append(len(batches)) or scan(self, batches))
     return calls
 
 
-@pytest.mark.parametrize(("batch_size", "runs"), [(4, [10, 11, 11]), (8, [4, 5, 5])], ids=["equal batches", "a smaller last batch"])
-def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs):
+@pytest.mark.parametrize(("batch_size", "runs", "steps"), [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)],
+                         ids=["equal batches", "a smaller last batch"])
+def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs, steps):
     """FedAvg with SGD: nothing runs between two steps, so after the fit's first (eager) step each epoch's full
     batches are one call (44 samples: 11 batches of 4, or 5 of 8 and a last one of 4, which runs eagerly)."""
     calls = scanned_calls(monkeypatch)
     fits = client_fits("compiled", batch_size=batch_size)
     assert calls == runs * 2  # two clients
-    assert all(fit.num_steps == 33 if batch_size == 4 else 18 for fit in fits)
+    assert [fit.num_steps for fit in fits] == [steps, steps]
 
 
 def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(monkeypatch):
@@ -147,8 +148,7 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
     """Boolean-mask indexing gives a shape that depends on the data: dynamo captures it for one batch but not inside
     a scan. The fit goes on one compiled call per batch, says so once, and trains as the lean loop does; later fits
     of the layout do not try again."""
-    tried, scan = [], compiled.CompiledSteps._scan
-    monkeypatch.setattr(compiled.CompiledSteps, "_scan", lambda self, batches: tried.append(len(batches)) or scan(self, batches))
+    tried = scanned_calls(monkeypatch)  # attempts, the failed one included
     monkeypatch.setattr(compiled, "_UNSCANNED", set())  # as in a new process
     lean = client_fits("lean", method=MaskIndexingMethod())
     with caplog.at_level("WARNING", logger="flsuite.federation.compiled"):

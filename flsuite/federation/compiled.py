@@ -43,7 +43,6 @@ import logging
 import re
 import types
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -73,11 +72,21 @@ class _LocalLoss(nn.Module):
         return self.client.local_loss(x, y)
 
 
-def _loss_and_grads(loss_module: _LocalLoss, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
-    def loss(p: dict[str, torch.Tensor]) -> torch.Tensor:
+#: What dynamo raises when it cannot capture a loss in one graph.
+_CAPTURE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
+
+
+def _loss_grad_and_value(loss_module: _LocalLoss) -> Callable:
+    """(params, x, y) → (∇_params loss, loss): the client's loss as a function of the parameters it is given."""
+
+    def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(loss_module, p, (x, y))
 
-    grads, value = torch.func.grad_and_value(loss)(params)
+    return torch.func.grad_and_value(loss)
+
+
+def _loss_and_grads(loss_module: _LocalLoss, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+    grads, value = _loss_grad_and_value(loss_module)(params, x, y)
     return value, grads
 
 
@@ -118,11 +127,7 @@ def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers
     (rule = (μ, τ, λ, nesterov, maximize); no buffers when μ = 0). Returns the parameters, buffers, the last step's
     g (what `.grad` holds after it) and the t losses."""
     momentum, dampening, weight_decay, nesterov, maximize = rule
-
-    def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.func.functional_call(loss_module, p, (x, y))
-
-    grad_and_value = torch.func.grad_and_value(loss)
+    grad_and_value = _loss_grad_and_value(loss_module)
 
     def step(carry, batch):
         p, b, _ = carry
@@ -190,7 +195,6 @@ class CompiledSteps:
         self.client, self.optimizer = client, optimizer
         self.backward = CompiledBackward(client)
         self.scans = scans_sgd(client, optimizer)
-        self.scanned: Callable | None = None
 
     @property
     def scanning(self) -> bool:
@@ -227,8 +231,6 @@ class CompiledSteps:
         shape that depends on the data)."""
         reached, state, layout = self.backward.reached, self.optimizer.state, self.backward.layout
         group = self.optimizer.param_groups[0]
-        if self.scanned is None:
-            self.scanned = compiled_sgd_steps(layout)
         xs, ys = stacked([x for x, _ in batches]), stacked([y for _, y in batches])
         torch._dynamo.mark_dynamic(xs, 0)
         torch._dynamo.mark_dynamic(ys, 0)
@@ -240,8 +242,8 @@ class CompiledSteps:
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
-            params, buffers, grads, losses = self.scanned(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
-        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+            params, buffers, grads, losses = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
+        except _CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
             logger.warning("local.loop: compiled steps %s one batch per compiled call: its local_loss could not be "
                            "scanned over a run of batches (%s: %s)", type(self.client).__name__, type(e).__name__, _first_line(e))
@@ -278,22 +280,16 @@ class CompiledBackward:
         if x.storage_offset() or y.storage_offset():  # batches are views into the epoch's data, and a static graph
             x, y = x.clone(), y.clone()  # is specialised to its inputs' offsets: give it offset 0 every time
         params = {n: p.detach() for n, p in self.reached}
-        with self.explained():
-            loss, grads = self.compiled(self.loss_module, params, x, y)
-        for n, p in self.reached:
-            p.grad = grads[n]
-        return loss
-
-    @contextmanager
-    def explained(self):
-        """Dynamo's failure to capture the loss as the error a user can act on."""
         try:
-            yield
-        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+            loss, grads = self.compiled(self.loss_module, params, x, y)
+        except _CAPTURE_ERRORS as e:
             raise RuntimeError(
                 f"local.loop: compiled could not compile {type(self.client).__name__}.local_loss into one graph "
                 f"({type(e).__name__}: {_first_line(e)}). Use local.loop: lean for this method."
             ) from e
+        for n, p in self.reached:
+            p.grad = grads[n]
+        return loss
 
     def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The lean loop's step. The first one of a fit also records which parameters the loss reaches, and the

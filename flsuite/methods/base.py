@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     from flsuite.federation.server import ServerContext, ServerUpdate
 
 
+def add_to_gradients(offsets: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> None:
+    """`p.grad += offset` for each (parameter, offset) pair whose parameter got a gradient."""
+    for p, offset in offsets:
+        if p.grad is not None:
+            p.grad.add_(offset)
+
+
 class ClientModule(L.LightningModule):
     """One client's local training in one round, run by `Trainer.fit`.
 
@@ -72,7 +79,7 @@ class ClientModule(L.LightningModule):
         # plugin, on_before/after_backward hooks: ~15% of a small head's step). Correct because client Trainers run
         # on one device in 32-bit precision (make_trainer); a 16-mixed precision plugin would need its GradScaler here.
         # Nor torch.optim's own wrapper where its result is the same to the bit (flsuite.federation.sgd).
-        # local.loop: compiled differentiates local_loss in one compiled graph (flsuite.federation.compiled).
+        # local.loop: compiled runs an epoch's full batches as compiled calls (flsuite.federation.compiled).
         optimizer = self.optimizers().optimizer
         compiled = self.local.loop == "compiled"
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
@@ -82,9 +89,7 @@ class ClientModule(L.LightningModule):
         def one_step(x: torch.Tensor, y: torch.Tensor, backward: Callable) -> torch.Tensor:
             clear_grads()
             loss = backward(x, y)
-            for p, offset in offsets:
-                if p.grad is not None:
-                    p.grad.add_(offset)
+            add_to_gradients(offsets)
             self.before_optimizer_step()
             step()
             self.after_optimizer_step()
@@ -129,9 +134,7 @@ class ClientModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.automatic_optimization:  # the lean loop calls the hook itself
-            for p, offset in self.gradient_offset_pairs():
-                if p.grad is not None:
-                    p.grad.add_(offset)
+            add_to_gradients(self.gradient_offset_pairs())
             self.before_optimizer_step()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
