@@ -263,12 +263,12 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
         assert torch.equal(fit.weights["C"], torch.ones(()))
 
 
-def test_each_client_class_compiles_on_its_own_budget(monkeypatch):
+@torch._dynamo.config.patch(recompile_limit=1)
+def test_each_client_class_compiles_on_its_own_budget():
     """Graphs are kept per client class and parameter layout, for full batches only: with dynamo allowed one graph
     per code object, FedAvg and FedProx clients (two classes) and a second model (another layout) compile in one
     process; runs of 4 and 5 full batches (the first epoch and the others) share one scanned graph, and an epoch's
     smaller last batch (44 samples at batch 8) needs no second graph."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     torch._dynamo.reset()  # as in a new process: earlier tests compiled these layouts at other batch sizes and
     compiled.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
     compiled.compiled_loss_and_grads.cache_clear()
@@ -277,10 +277,10 @@ def test_each_client_class_compiles_on_its_own_budget(monkeypatch):
     client_fits("compiled", batch_size=8, model=MLP(hidden=(7,)))
 
 
+@torch._dynamo.config.patch(recompile_limit=1)
 def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
     """The scanned steps take the group's lr as a tensor, read at every call: a schedule over rounds (0.1 in round 1,
     0.01 from round 2) trains as the lean loop does, with one graph (a constant lr would need one per value)."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     torch._dynamo.reset()
     compiled.compiled_sgd_steps.cache_clear()
     compiled.compiled_loss_and_grads.cache_clear()

@@ -24,18 +24,11 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # workers import this test module (the test-only methods below) by name
+    # workers import this test module (the test-only methods below) by name; RAY_USAGE_STATS_ENABLED=0 is conftest's
     root = str(Path(__file__).resolve().parents[1])
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, saved) if p)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = saved
     yield
     ray.shutdown()
 

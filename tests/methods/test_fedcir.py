@@ -4,7 +4,6 @@ the global class Gaussians, a hand-computed client loss, what travels, and seria
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,13 @@ from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import FedCiR, FedCiRClient, ProbabilisticEncoder
-from flsuite.methods.generators import build_generator, class_gaussian_mle, draw_noise, ensemble_loss, gaussian_kl
+from flsuite.methods.generators import (
+    build_generator,
+    class_gaussian_mle,
+    draw_noise,
+    ensemble_loss,
+    gaussian_kl,
+)
 from tests.helpers import head_federation
 
 ENCODER = dict(hidden=[16], dim=8)
@@ -170,7 +175,6 @@ def test_serial_equals_ray(tmp_path):
     ray = pytest.importorskip("ray")
     from flsuite.federation.ray_executor import RayExecutor
 
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         kwargs = dict(rounds=3, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
