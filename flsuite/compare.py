@@ -5,11 +5,18 @@
     flsuite compare runs/my_study --out reports/my_study --target 80
 
 Decisions:
-- A run folder is a folder holding `summary.json` (finished runs; unfinished ones are listed as skipped). Runs are
-  grouped by their parent folder: `runs/<name>/<time>-seed<k>` (plain `flsuite fit`) groups by experiment name,
-  `runs/<study>/<variant>/seed<k>` (experiments/study.py) by variant. The group's label is the parent's name (or its
-  path below the runs' common folder when two parents share a name). `--by KEY...` groups by config values instead
-  (e.g. a sweep's trials by the swept option). Callers (study.py) may pass labelled groups directly.
+- A run folder is a folder holding `summary.json` (finished runs; unfinished ones are listed as skipped). By default
+  runs are grouped by what they computed, never by where they sit: two runs are one group exactly when their resolved
+  configs (`config.yaml`) are equal except for the seed and the keys that only say how or where a run executed
+  (`EXECUTION_KEYS`: run_dir, output_dir, name, wandb.*, progress, executor.*, threads.*, ...; `last_k` is not one of
+  them, it changes the final numbers). So a group never mixes methods or datasets. A group is labelled by its method
+  (the method's class name joined with the setup stages', as W&B's job_type: `FedAvg+GGEUR`) plus, where several groups
+  share a method, the config keys whose values tell them apart (`FedProx (method.init_args.mu=0.01)`; at most four
+  keys shown). A run whose config.yaml names no method (not written by `flsuite fit`) is grouped by its folder.
+  `--by folder` groups by parent folder (labels: the folders' names, or their paths below the runs' common folder
+  when two share a name), and stops, naming the keys, if a folder holds runs of different experiments; `--by KEY...`
+  groups by config values (e.g. a sweep's trials by the swept option), on purpose across the other keys. Callers
+  (study.py) pass labelled groups directly, which are checked like folders.
 - Final numbers come from each run's `summary.json` with the prefix it was written with (`last{k}/`, k = the run's
   `last_k`); a group whose runs used different k is an error. Per domain, AVG (mean over domains), STD (population
   std across domains of the last-k mean accuracies, GGEUR) and STD (n-1) (sample std, FKPL) are shown as
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fnmatch
 import glob
 import html
 import json
@@ -45,6 +53,7 @@ import numpy as np
 import yaml
 
 from flsuite.metrics import ACC_PREFIX, summary_prefix
+from flsuite.runfolder import ALLOWED_CHANGES, flatten
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +138,89 @@ def group_by_parent(runs: Sequence[Path]) -> dict[str, list[Path]]:
     return groups
 
 
+#: Config keys that say how or where a run executed, not what it computed (the resume check's allowed changes, less
+#: `last_k`, which changes the final numbers), plus the seed and the resume source.
+EXECUTION_KEYS = (*(k for k in ALLOWED_CHANGES if k != "last_k"), "seed", "resume", "config")
+MAX_LABEL_KEYS = 4
+
+
+def read_config(run: Path) -> dict[str, Any]:
+    config_file = Path(run) / "config.yaml"
+    return (yaml.safe_load(config_file.read_text()) if config_file.is_file() else None) or {}
+
+
+def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A resolved config as dotted keys, without the keys that do not change the experiment (`EXECUTION_KEYS`)."""
+    return {k: v for k, v in flatten(config).items() if not any(fnmatch.fnmatchcase(k, p) for p in EXECUTION_KEYS)}
+
+
+def _short(class_path: Any) -> str:
+    return str(class_path).rsplit(".", 1)[-1]
+
+
+def method_label(config: Mapping[str, Any]) -> str | None:
+    """The method's class name joined with the setup stages' (`FedAvg+GGEUR`, as `tracking.run_labels`), from a
+    resolved config; None when the config names no method."""
+    method = config.get("method")
+    if not isinstance(method, Mapping) or "class_path" not in method:
+        return None
+    stages = [_short(s["class_path"]) for s in config.get("setup") or [] if isinstance(s, Mapping) and "class_path" in s]
+    return "+".join([_short(method["class_path"]), *stages])
+
+
+def _show(flat: Mapping[str, Any], key: str) -> str:
+    if key not in flat:
+        return "—"
+    value = flat[key]
+    return json.dumps(value, default=str) if isinstance(value, (list, dict)) else str(value)
+
+
+def differing_keys(flats: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Dotted keys whose value (or presence) is not the same in every one of `flats`, sorted."""
+    keys = sorted(set().union(*flats)) if flats else []
+    return [k for k in keys if len({_show(f, k) for f in flats}) > 1]
+
+
+def group_by_experiment(runs: Sequence[Path]) -> dict[str, list[Path]]:
+    """Group run folders by their config without the seed and `EXECUTION_KEYS`, labelled by method (+ setup stages)
+    and, where several groups share a method, the keys that tell them apart; in the order of the sorted runs."""
+    members: dict[str, list[Path]] = {}
+    flats: dict[str, dict[str, Any]] = {}
+    methods: dict[str, str] = {}
+    for r in sorted(map(Path, runs)):
+        config = read_config(r)
+        method = method_label(config)
+        flat = experiment(config) if method else {"(folder)": str(r.parent)}
+        key = json.dumps(flat, sort_keys=True, default=str)
+        members.setdefault(key, []).append(r)
+        flats[key], methods[key] = flat, method or r.parent.name
+    labels: dict[str, str] = {}
+    for method in dict.fromkeys(methods.values()):
+        keys = [k for k in members if methods[k] == method]
+        shown = differing_keys([flats[k] for k in keys]) if len(keys) > 1 else []
+        for k in keys:
+            parts = [f"{d}={_show(flats[k], d)}" for d in shown[:MAX_LABEL_KEYS]]
+            if len(shown) > MAX_LABEL_KEYS:
+                parts.append(f"+{len(shown) - MAX_LABEL_KEYS} more keys")
+            label = f"{method} ({', '.join(parts)})" if parts else method
+            labels[k] = label if label not in labels.values() else f"{label} #{sum(1 for v in labels.values() if v.startswith(label)) + 1}"
+    return {labels[k]: paths for k, paths in members.items()}
+
+
+def check_one_experiment(groups: Mapping[str, Sequence[Path]]) -> None:
+    """Stop if a labelled group holds runs of different experiments (configs differing beyond the seed and
+    `EXECUTION_KEYS`), naming the group and the keys."""
+    for label, paths in groups.items():
+        configs = [read_config(p) for p in paths]
+        if len(paths) < 2 or not all(configs):
+            continue
+        keys = differing_keys([experiment(c) for c in configs])
+        if keys:
+            shown = ", ".join(keys[:MAX_LABEL_KEYS]) + (f" (and {len(keys) - MAX_LABEL_KEYS} more)" if len(keys) > MAX_LABEL_KEYS else "")
+            raise ValueError(f"group {label!r} holds runs of different experiments (their config.yaml differ in {shown}), "
+                             "so it cannot be averaged as seeds of one; `flsuite compare` without --by groups runs by config")
+
+
 def config_value(config: Mapping[str, Any], key: str) -> Any:
     """A dotted key of a resolved config (`method.init_args.mu`); a list (setup stages) is entered at its last item."""
     node: Any = config
@@ -145,12 +237,11 @@ def group_by_config(runs: Sequence[Path], keys: Sequence[str]) -> dict[str, list
     swept option; labelled `key=value, ...` with the last dotted part of each key."""
     groups: dict[str, list[Path]] = {}
     for r in sorted(runs):
-        config_file = Path(r) / "config.yaml"
-        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+        config = read_config(r)
         try:
-            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_value(config or {}, k)}" for k in keys)
+            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={config_value(config, k)}" for k in keys)
         except KeyError as err:
-            raise KeyError(f"{config_file}: no config key {err.args[0]!r} to group by") from None
+            raise KeyError(f"{Path(r) / 'config.yaml'}: no config key {err.args[0]!r} to group by") from None
         groups.setdefault(label, []).append(Path(r))
     return groups
 
@@ -174,6 +265,11 @@ class GroupStats:
     run_bytes_up: list[float] = field(default_factory=list)
     run_bytes_down: list[float] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
+
+    def seeds(self) -> str:
+        """How many seeds the group averages, and how many runs when a seed was run twice."""
+        seeds = {r.config.get("seed", i) for i, r in enumerate(self.runs)}
+        return str(len(seeds)) if len(seeds) == len(self.runs) else f"{len(seeds)} ({len(self.runs)} runs)"
 
 
 def domain_std(summary: Mapping[str, Any]) -> tuple[float, float | None]:
@@ -293,7 +389,7 @@ class Comparison:
         rows = []
         for g in self.groups:
             rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std),
-                         mean_pm(g.std_sample), str(len(g.runs))])
+                         mean_pm(g.std_sample), g.seeds()])
         return header, rows
 
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
@@ -377,8 +473,12 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = ()) -> Comparison:
-    """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out."""
+def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (),
+            across_configs: bool = False) -> Comparison:
+    """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out.
+    Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`)."""
+    if not across_configs:
+        check_one_experiment(groups)
     stats = [group_stats(label, [load_run(p) for p in paths], target) for label, paths in groups.items() if paths]
     if not stats:
         raise FileNotFoundError("no finished runs to compare")
@@ -402,15 +502,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="write compare.md, compare.html and convergence.png into this folder")
     ap.add_argument("--target", type=float, help="report the first round whose acc_mean reaches this accuracy (%%)")
     ap.add_argument("--title", default="Method comparison")
-    ap.add_argument("--by", nargs="+", metavar="KEY", help="group by these config keys instead of the parent folder (e.g. a sweep's swept option)")
+    ap.add_argument("--by", nargs="+", metavar="KEY",
+                    help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
+                         "by experiment (equal configs but for the seed and where/how a run executed)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     runs, skipped = find_runs(args.runs)
-    groups = group_by_config(runs, args.by) if args.by else group_by_parent(runs)
-    comparison = compare(groups, args.target, skipped)
+    if args.by == ["folder"]:
+        groups = group_by_parent(runs)
+    elif args.by:
+        groups = group_by_config(runs, args.by)
+    else:
+        groups = group_by_experiment(runs)
+    comparison = compare(groups, args.target, skipped, across_configs=bool(args.by) and args.by != ["folder"])
     if args.out:
         files = write_report(comparison, args.out, args.title)
         print(files["markdown"].read_text())

@@ -10,13 +10,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flsuite.compare import compare, find_runs, group_by_parent, load_run, main, run_traffic
+from flsuite.compare import (
+    compare,
+    find_runs,
+    group_by_experiment,
+    group_by_parent,
+    load_run,
+    main,
+    method_label,
+    run_traffic,
+)
 from flsuite.metrics import domain_summary, final_summary
+
+METHODS = {"fedavg": "flsuite.methods.fedavg.FedAvg", "fedprox": "flsuite.methods.fedprox.FedProx"}
 
 
 def make_run(path: Path, accs: list[dict[str, float]], last_k: int, bytes_up: list[int] | None = None,
-             round_s: list[float] | None = None, finished: bool = True) -> Path:
-    """A run folder as `flsuite fit` writes it: metrics.jsonl, timings.jsonl, config.yaml and summary.json."""
+             round_s: list[float] | None = None, finished: bool = True, config: dict | None = None) -> Path:
+    """A run folder as `flsuite fit` writes it: metrics.jsonl, timings.jsonl, config.yaml and summary.json. The
+    config names the method of a `fedavg`/`fedprox` parent folder and the seed of a `seed<k>` folder."""
     path.mkdir(parents=True)
     history = []
     for i, acc in enumerate(accs):
@@ -27,7 +39,12 @@ def make_run(path: Path, accs: list[dict[str, float]], last_k: int, bytes_up: li
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     times = round_s or [1.0] * len(accs)
     (path / "timings.jsonl").write_text("".join(json.dumps({"round": i + 1, "time/round_s": t}) + "\n" for i, t in enumerate(times)))
-    (path / "config.yaml").write_text(yaml.safe_dump({"name": path.parent.name, "last_k": last_k, "rounds": len(accs)}))
+    base = {"name": path.parent.name, "last_k": last_k, "rounds": len(accs), "run_dir": str(path)}
+    if path.parent.name in METHODS:
+        base["method"] = {"class_path": METHODS[path.parent.name], "init_args": {"weighting": "samples"}}
+    if path.name.startswith("seed"):
+        base["seed"] = int(path.name.removeprefix("seed"))
+    (path / "config.yaml").write_text(yaml.safe_dump(base | (config or {})))
     if finished:
         (path / "summary.json").write_text(json.dumps(final_summary(history, last_k)))
     return path
@@ -113,15 +130,17 @@ def test_two_studies_together_label_by_path_and_reject_mixed_last_k(studies: Pat
     assert list(groups) == ["studyA/fedavg", "studyA/fedprox", "studyB/fedavg"]
     c = compare(groups)
     assert [g.k for g in c.groups] == [2, 2, 3] and c.domains == ["x", "y", "all"]
-    with pytest.raises(ValueError, match="different last_k"):
+    with pytest.raises(ValueError, match="different experiments .*last_k"):
         compare({"mixed": groups["studyA/fedavg"] + groups["studyB/fedavg"]})
+    with pytest.raises(ValueError, match="different last_k"):  # grouped across configs on purpose (--by KEY)
+        compare({"mixed": groups["studyA/fedavg"] + groups["studyB/fedavg"]}, across_configs=True)
 
 
 def test_cli_writes_markdown_html_with_embedded_png(studies: Path, tmp_path: Path, capsys):
     out = tmp_path / "report"
     assert main([str(studies / "studyA"), "--out", str(out), "--target", "55", "--title", "Study A"]) == 0
     md = (out / "compare.md").read_text()
-    assert "| fedavg | 60.00 ± 5.00 | 45.00 ± 0.00 | 52.50 ± 2.50 | 7.50 ± 2.50 | 10.61 ± 3.54 | 2 |" in md
+    assert "| FedAvg | 60.00 ± 5.00 | 45.00 ± 0.00 | 52.50 ± 2.50 | 7.50 ± 2.50 | 10.61 ± 3.54 | 2 |" in md
     assert "![convergence](convergence.png)" in md and "fedprox/seed1" in md  # the skipped run is named
     page = (out / "compare.html").read_text()
     assert "src='data:image/png;base64," in page and "<td>52.50 ± 2.50</td>" in page and "src='http" not in page
@@ -195,7 +214,7 @@ def test_flsuite_compare_subcommand(studies: Path, capsys):
     from flsuite.cli import main as flsuite_main
 
     assert flsuite_main(["compare", str(studies / "studyA" / "fedprox")]) == 0
-    assert "| fedprox | 85.00 | 65.00 | 75.00 | 10.00 | 14.14 | 1 |" in capsys.readouterr().out
+    assert "| FedProx | 85.00 | 65.00 | 75.00 | 10.00 | 14.14 | 1 |" in capsys.readouterr().out
     assert flsuite_main(["compare", str(studies / "nowhere")]) == 2  # a user error: one paragraph naming the path
     assert "nowhere: no such run folder" in capsys.readouterr().err
 
@@ -211,3 +230,69 @@ def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert f"{run} was run with the extra flsuite fit flags --rounds 50, but this invocation passes (none)" in done.stderr
+
+
+def fedprox(mu: float) -> dict:
+    return {"method": {"class_path": "flsuite.methods.fedprox.FedProx", "init_args": {"mu": mu, "weighting": "samples"}}}
+
+
+def test_two_methods_in_one_folder_are_two_rows_and_two_seeds_are_one(tmp_path: Path):
+    """Runs made with --run_dir side by side: grouped by config, not by the folder they share."""
+    runs = tmp_path / "runs"
+    fedavg = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg", "init_args": {"weighting": "samples"}}}
+    make_run(runs / "a", [{"x": 50.0}], 1, config=fedavg | {"seed": 0})
+    make_run(runs / "b", [{"x": 70.0}], 1, config=fedprox(0.01) | {"seed": 0})
+    make_run(runs / "c", [{"x": 60.0}], 1, config=fedavg | {"seed": 1, "threads": {"intra_op": 2}, "wandb": {"mode": "offline"}})
+    groups = group_by_experiment(find_runs([runs / "a", runs / "b", runs / "c"])[0])
+    assert groups == {"FedAvg": [runs / "a", runs / "c"], "FedProx": [runs / "b"]}
+    rows = compare(groups).accuracy_rows()[1]
+    assert [r[0] for r in rows] == ["FedAvg", "FedProx"] and rows[0][-1] == "2" and rows[0][1] == "55.00 ± 5.00"
+    make_run(runs / "d", [{"x": 40.0}], 1, config=fedavg | {"seed": 1})  # seed 1 again: a repeat, not a third seed
+    assert compare(group_by_experiment(find_runs([runs])[0])).accuracy_rows()[1][0][-1] == "2 (3 runs)"
+
+
+def test_groups_of_one_method_are_labelled_by_the_keys_that_differ(tmp_path: Path, capsys):
+    for name, mu, seed, acc in [("p1", 0.01, 0, 50.0), ("p2", 0.1, 0, 60.0), ("p3", 0.01, 1, 70.0)]:
+        make_run(tmp_path / "runs" / name, [{"x": acc}], 1, config=fedprox(mu) | {"seed": seed})
+    make_run(tmp_path / "runs" / "g", [{"x": 80.0}], 1, config=fedprox(0.1) | {"setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}]})
+    assert main([str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "| FedProx (method.init_args.mu=0.01) | 60.00 ± 10.00 | 60.00 ± 10.00 |" in out
+    assert "| FedProx (method.init_args.mu=0.1) | 60.00 | 60.00 |" in out
+    assert "| FedProx+GGEUR | 80.00 |" in out  # another method label: no keys needed to tell it apart
+
+
+def test_folder_and_labelled_groups_that_mix_experiments_are_refused(tmp_path: Path):
+    make_run(tmp_path / "mixed" / "seed0", [{"x": 50.0}], 1, config=fedprox(0.01))
+    make_run(tmp_path / "mixed" / "seed1", [{"x": 60.0}], 1, config=fedprox(0.1))
+    assert len(group_by_experiment(find_runs([tmp_path / "mixed"])[0])) == 2
+    with pytest.raises(ValueError, match=r"group 'mixed' holds runs of different experiments .*method.init_args.mu"):
+        main([str(tmp_path / "mixed"), "--by", "folder"])
+    with pytest.raises(ValueError, match=r"group 'both' holds runs .*method.init_args.mu"):
+        compare({"both": sorted((tmp_path / "mixed").iterdir())})
+    assert len(compare({"both": sorted((tmp_path / "mixed").iterdir())}, across_configs=True).groups) == 1
+
+
+def test_method_label_is_the_dashboards_job_type():
+    from flsuite.data.builtin import GaussianFeatures
+    from flsuite.methods.fedavg import FedAvg
+    from flsuite.methods.ggeur import GGEUR
+    from flsuite.tracking import run_labels
+
+    config = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg"}, "setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}]}
+    assert method_label(config) == run_labels(FedAvg(), GaussianFeatures(), [GGEUR()])["method_name"] == "FedAvg+GGEUR"
+    assert method_label({"method": {"class_path": "FedProx"}, "setup": None}) == "FedProx" and method_label({}) is None
+
+
+def test_real_runs_side_by_side_compare_as_two_methods(tmp_path: Path, capsys):
+    """`flsuite fit --run_dir` a FedAvg and a FedProx run (and a second FedAvg seed) into one folder, then compare."""
+    from flsuite.cli import main as flsuite_main
+
+    base = ["fit", "--rounds", "1", "--progress", "false", "--wandb.enabled", "false", "--data", "GaussianFeatures",
+            "--data.init_args.dim", "8", "--data.init_args.samples_per_client", "32", "--model", "Linear"]
+    for name, extra in [("fedavg0", []), ("fedavg1", ["--seed", "1"]), ("fedprox0", ["--method", "FedProx"])]:
+        assert flsuite_main([*base, *extra, "--run_dir", str(tmp_path / "runs" / name)]) == 0
+    capsys.readouterr()
+    assert flsuite_main(["compare", str(tmp_path / "runs")]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| Fed")]
+    assert [(r[0], r[-1]) for r in rows[:2]] == [("| FedAvg", "2 |"), ("| FedProx", "1 |")]
