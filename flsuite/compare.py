@@ -2,6 +2,7 @@
 
     flsuite compare runs/my_study                      # a study folder: every run folder below it
     flsuite compare runs/fedavg/*-seed* runs/fedprox   # run folders, globs, or folders of runs
+    flsuite compare runs/a runs/b                      # two runs side by side: one row per experiment
     flsuite compare runs/my_study --out reports/my_study --target 80
 
 Decisions:

@@ -216,8 +216,14 @@ class Tracker:
             if png.is_file():
                 final["convergence"] = wandb.Image(str(png))
             self.wandb_run.log(final)
+            self._say_how_to_sync()
             self.wandb_run.finish(exit_code=EXIT_OK)
             self.wandb_run = None
+
+    def _say_how_to_sync(self) -> None:
+        """An offline W&B run tells the user where it is and the one command that uploads it."""
+        if self.wandb_run is not None and self.wandb_run.offline:
+            log.info("W&B logged offline; upload this run with: wandb sync %s", Path(self.wandb_run.dir).parent)
 
     def close(self, interrupted: bool | None = None) -> None:
         """End the W&B run if `finish` did not: as interrupted (exit code 255) or failed (1). Called from a `finally`,
@@ -226,6 +232,7 @@ class Tracker:
             return
         if interrupted is None:
             interrupted = isinstance(sys.exc_info()[1], (KeyboardInterrupt, RunInterrupted))
+        self._say_how_to_sync()
         self.wandb_run.finish(exit_code=EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
         self.wandb_run = None
 

@@ -19,15 +19,17 @@ def test_wandb_mode_resolution(monkeypatch, tmp_path):
     assert _resolve_wandb_mode("online") == "disabled"
 
 
-def test_offline_wandb_run_is_written_with_no_api_key(monkeypatch, tmp_path):
+def test_offline_wandb_run_is_written_with_no_api_key(monkeypatch, tmp_path, caplog):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    caplog.set_level("INFO", logger="flsuite.tracking")
     fed = head_federation(tmp_path / "run", rounds=2, name="wandb-test", wandb=WandbConfig(enabled=True, project="flsuite-tests"))
     summary = fed.fit(config_yaml="seed: 7\n")
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "expected one offline W&B run in the run folder"
     assert list(runs[0].glob("run-*.wandb")), "the offline run has no data file"
+    assert f"upload this run with: wandb sync {runs[0]}" in caplog.text  # the path the user must pass
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["last/acc_mean"] == summary["last/acc_mean"]
 
 

@@ -1,0 +1,76 @@
+"""The install's promises: the lock file agrees with pyproject.toml and is made by the documented command, and
+dependencies that are known to break us carry their upper bound."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements" / "lock.txt"
+#: The command that writes the lock (README "Set up and run"); uv writes it into the lock's header.
+LOCK_COMMAND = ("uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 "
+                "--constraint requirements/lock-constraints.txt -o requirements/lock.txt")
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def requirements() -> list[Requirement]:
+    """Every requirement of the package and of its extras (the self-references `flsuite[...]` left out)."""
+    p = project()
+    reqs = [Requirement(r) for r in p["dependencies"]]
+    reqs += [Requirement(r) for extra in p["optional-dependencies"].values() for r in extra]
+    return [r for r in reqs if canonicalize_name(r.name) != "flsuite"]
+
+
+def locked(python: str = "3.11") -> dict[str, str]:
+    """name -> pinned version of every lock line whose marker holds on Linux x86_64 with `python`."""
+    env = default_environment() | {"python_version": python, "python_full_version": f"{python}.7",
+                                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        if line and not line.startswith((" ", "#")):
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate(env):
+                (spec,) = req.specifier
+                pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def test_the_lock_pins_every_dependency_within_pyproject_ranges():
+    pins = locked()
+    for req in requirements():
+        name = canonicalize_name(req.name)
+        assert name in pins, f"requirements/lock.txt has no {req.name}: regenerate it ({LOCK_COMMAND})"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"requirements/lock.txt pins {req.name}=={pins[name]}, outside pyproject.toml's {req}: regenerate it")
+
+
+def test_the_lock_is_written_by_the_documented_command():
+    header = LOCK.read_text().splitlines()[:3]
+    assert any(line.strip("# ").strip() == LOCK_COMMAND for line in header), header
+    assert LOCK_COMMAND in (ROOT / "README.md").read_text()
+
+
+def test_known_breaking_releases_are_excluded():
+    """sweeps 0.3 requires numpy<2 while the rest of the tree resolves to numpy 2: pip then backtracked for over 20
+    minutes through torch, torchvision and optuna instead of failing (issue 21)."""
+    by_name = {canonicalize_name(r.name): r for r in requirements()}
+    assert not by_name["sweeps"].specifier.contains("0.3.0") and by_name["sweeps"].specifier.contains("0.2.0")
+    for name in ("torch", "lightning", "sweeps"):
+        assert any(s.operator == "<" for s in by_name[name].specifier), f"{name} has no upper bound"
+
+
+def test_ci_installs_into_a_fresh_venv_with_a_time_limit():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"python -m venv ", ci) and "timeout" in ci
+    readme = (ROOT / "README.md").read_text()
+    test_command = 'python -m pip install -e ".[dev]" && python -m pytest -q'
+    assert test_command in readme and test_command in ci
