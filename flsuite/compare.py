@@ -443,6 +443,7 @@ class Comparison:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for g in self.groups:
@@ -455,6 +456,7 @@ class Comparison:
             (line,) = ax.plot(rounds, mean, lw=1.8, label=f"{g.label} (n={len(curves)})")
             if len(curves) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # rounds are whole numbers
         ax.set_xlabel("round")
         ax.set_ylabel("mean test accuracy over domains (%)")
         ax.grid(alpha=0.3)
