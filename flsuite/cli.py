@@ -28,6 +28,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 import flsuite
+from flsuite import progress
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError
@@ -126,10 +127,12 @@ def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
 
 
 def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
-    """Build (and so embed and cache) the federation's data exactly as `fit` would, and report what was built."""
+    """Build (and so embed and cache) the federation's data exactly as `fit` would, and report what was built; with
+    the config's `progress`, bars on stderr as in `fit`."""
     init = parser.instantiate(cfg)
     start = time.perf_counter()
-    data = init.data.build(cfg.seed)
+    with progress.shown(cfg.progress):
+        data = init.data.build(cfg.seed)
     seconds = time.perf_counter() - start
     n_train = sum(len(c.train) for c in data.clients)
     n_test = sum(len(s) for s in data.test.values())

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from flsuite import progress as console
 from flsuite.models.encoders import FrozenEncoder
 
 __all__ = ["cache_digest", "extract_features", "images_fingerprint"]
@@ -90,16 +90,23 @@ def _load_cached(path: Path, key: dict[str, Any], shape: tuple[int, int]) -> tup
     return features, done
 
 
-def _compute(encoder: FrozenEncoder, images: Tensor, batch_size: int, progress: bool) -> Tensor:
-    """Encode ``images`` in batches; returns float32 ``[N, D]`` on the CPU."""
+def _compute(encoder: FrozenEncoder, images: Tensor, batch_size: int, progress: bool | None, name: str = "") -> Tensor:
+    """Encode ``images`` in batches; returns float32 ``[N, D]`` on the CPU. The bar counts images (a batch's worth
+    per step), so it says how many of how many are done whatever the batch size."""
     n = images.shape[0]
     out = torch.empty(n, encoder.embed_dim, dtype=torch.float32)
     device = encoder.device
-    with torch.inference_mode():
-        for start in tqdm(range(0, n, batch_size), desc="features", unit="batch", disable=not progress):
+    with console.bar(n, f"features {name}".strip(), "img", show=progress) as bar, torch.inference_mode():
+        for start in range(0, n, batch_size):
             batch = images[start : start + batch_size].to(device, non_blocking=True)
             out[start : start + batch.shape[0]].copy_(encoder(batch))
+            bar.update(batch.shape[0])
     return out
+
+
+def _name(dataset_key: Mapping[str, str] | None, default: str) -> str:
+    """What the log and the bar call a pool: its dataset, domain, pool and split, as far as the key says."""
+    return "/".join(str(v) for k, v in sorted((dataset_key or {}).items()) if k in ("dataset", "domain", "pool", "split")) or default
 
 
 def extract_features(
@@ -110,7 +117,7 @@ def extract_features(
     batch_size: int = 256,
     cache_dir: str | os.PathLike[str] | None = None,
     dataset_key: Mapping[str, str] | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Tensor:
     """Embed uint8 images ``[N, C, H, W]`` with a frozen encoder, optionally cached on disk.
 
@@ -126,7 +133,8 @@ def extract_features(
         cache_dir: Directory of the feature cache; ``None`` disables caching.
         dataset_key: Caller's description of the images, e.g. ``{"dataset": ...,
             "domain": ..., "split": ..., "transform": ...}`` (stored in the key).
-        progress: Show a progress bar while encoding.
+        progress: Show a progress bar (on stderr) while encoding; ``None``: the run's ``progress`` setting
+            (`flsuite.progress`; off outside a run).
 
     Returns:
         float32 features ``[len(rows) or N, encoder.embed_dim]`` on the CPU.
@@ -137,7 +145,7 @@ def extract_features(
         raise ValueError(f"expected images [N, C, H, W], got shape {tuple(images.shape)}")
     index = torch.arange(images.shape[0]) if rows is None else torch.as_tensor(np.asarray(rows), dtype=torch.long)
     if cache_dir is None:
-        return _compute(encoder, images[index], batch_size, progress)
+        return _compute(encoder, images[index], batch_size, progress, _name(dataset_key, ""))
 
     key: dict[str, Any] = {
         "format": CACHE_FORMAT,
@@ -156,13 +164,13 @@ def extract_features(
     else:
         features, done = cached
     missing = index[~done[index]].unique()
-    name = "/".join(str(v) for k, v in sorted((dataset_key or {}).items()) if k in ("dataset", "domain", "split")) or path.name
+    name = _name(dataset_key, path.name)
     log.info("features %s: %s from cache, %s extracted", name, f"{len(index) - int((~done[index]).sum()):,}", f"{len(missing):,}")
     if len(missing) == 0:
         return features[index]
 
     log.info("Extracting %d features with %s -> %s", len(missing), key["encoder"]["encoder"], path)
-    features[missing] = _compute(encoder, images[missing], batch_size, progress)
+    features[missing] = _compute(encoder, images[missing], batch_size, progress, name)
     done[missing] = True
     root.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, lambda tmp: torch.save({"features": features, "done": done, "key": key}, tmp))

@@ -28,6 +28,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from flsuite import progress
 from flsuite.data.sources import ImageArrays
 
 __all__ = [
@@ -272,6 +273,14 @@ class ImageFileDataset(Dataset[tuple[Any, int]]):
         return _to_chw_uint8(img), label
 
 
+def _common_folder(entries: Sequence[tuple[Path, int]]) -> str:
+    """The name of the folder that holds every entry (a domain's root), for the decoding bar; "" if there is none."""
+    try:
+        return Path(os.path.commonpath([p.parent for p, _ in entries])).name if entries else ""
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+
+
 def load_image_folder_arrays(
     entries: Sequence[Entry],
     size: Size,
@@ -306,11 +315,12 @@ def load_image_folder_arrays(
             raise
         return True
 
+    desc = f"decode {_common_folder(entries)}".strip() if progress.enabled() else ""
     if workers > 1 and len(entries) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            ok = list(pool.map(decode, range(len(entries))))
+            ok = list(progress.track(pool.map(decode, range(len(entries))), desc, "img", total=len(entries)))
     else:
-        ok = [decode(i) for i in range(len(entries))]
+        ok = [decode(i) for i in progress.track(range(len(entries)), desc, "img")]
     skipped = [str(p) for (p, _), good in zip(entries, ok, strict=True) if not good]
     if skipped:
         logger.warning("load_image_folder_arrays: skipped %d unreadable image(s), e.g. %s", len(skipped), skipped[:3])

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from flsuite import progress
 from flsuite.data.sources import DIGIT_CLASSES, ImageArrays
 
 __all__ = ["discover_fonts", "render_syn_digits"]
@@ -245,7 +246,7 @@ def render_syn_digits(n: int, seed: int, size: int = 32, fonts: Sequence[str | P
     noise_seed = int(rng.integers(0, 2**63 - 1))
 
     masks = np.empty((n, size, size), dtype=np.uint8)
-    for i in range(n):
+    for i in progress.track(range(n), "render SYN digits", "img"):  # seconds for a benchmark's 34,000
         cos, sin = np.cos(angle[i]) * scale[i], np.sin(angle[i]) * scale[i]
         # forward map = rotation*scale @ shear ([[1, s], [0, 1]])
         affine = (cos, cos * shear[i] - sin, sin, sin * shear[i] + cos)

@@ -34,7 +34,8 @@ class ClientEnvironment:
 
 
 def _quiet_lightning() -> None:
-    """Client fits are many and tiny: no banners ("GPU available…") or dataloader-worker hints per client."""
+    """Client fits are many and tiny: no banners ("GPU available…") or dataloader-worker hints per client. Set up by
+    `make_trainer`, so a server-side fit is as quiet when no client fit ran in its process (clients on Ray workers)."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
@@ -63,10 +64,12 @@ def _scan_callback_entry_points_once() -> None:
     lightning_registry.entry_points = entry_points
 
 
-def make_trainer(local: LocalTraining, max_epochs: int) -> L.Trainer:
+def make_trainer(local: LocalTraining, max_epochs: int, callbacks: list[L.Callback] | None = None) -> L.Trainer:
     """A lean Trainer for one client fit: no logger, checkpointing, progress bar, model summary or sanity check."""
+    _quiet_lightning()
     return L.Trainer(
         max_epochs=max_epochs,
+        callbacks=callbacks,
         accelerator=local.accelerator,
         devices=1,
         precision=local.precision,
@@ -86,7 +89,6 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     Randomness (model-internal, e.g. dropout, the batch order and augmentation) comes from streams derived from the
     task's seed, so the result does not depend on which worker runs it or in which order.
     """
-    _quiet_lightning()
     _scan_callback_entry_points_once()
     split = env.data.clients[task.client_id].train
     torch.manual_seed(task.seed)

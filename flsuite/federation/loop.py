@@ -27,6 +27,7 @@ from flsuite.interrupts import RunInterrupted, note_run_dir
 from flsuite.methods.base import HyperParameters, Method
 from flsuite.metrics import domain_table, final_summary
 from flsuite.models.heads import ModelSpec
+from flsuite.progress import shown as progress_shown
 from flsuite.runfolder import check_resume_config, claim_run_dir, new_run_dir, previous_config, write_config
 from flsuite.runtime import ThreadPolicy
 from flsuite.seeding import derive_seed, numpy_rng
@@ -97,7 +98,8 @@ class Federation:
         last_k: Final numbers average the last k evaluated rounds (GGEUR's protocol: 5).
         target_acc: Report the first round whose acc_mean reaches this accuracy (%).
         eval_device: Device for evaluating the global model.
-        progress: Show a progress bar over rounds.
+        progress: Show progress on stderr: a bar over rounds, and over the run's other long phases (feature
+            extraction, setup stages, client queries, server-side fits).
         wandb: Weights & Biases logging.
         threads: torch's thread counts in this process (`flsuite.runtime.ThreadPolicy`; auto: 1 for heads on feature
             vectors, this process's share of the cores for image models; the FLSUITE_THREADS variable overrides).
@@ -198,7 +200,12 @@ class Federation:
         )
 
     def fit(self, resume: Path | None = None, config_yaml: str = "") -> dict[str, object]:
-        """Run (or continue) the protocol; returns the final summary. Writes the run folder as it goes."""
+        """Run (or continue) the protocol; returns the final summary. Writes the run folder as it goes. Progress
+        (`progress`) is shown for the whole run, data building included (`flsuite.progress`)."""
+        with progress_shown(self.progress):
+            return self._fit(resume, config_yaml)
+
+    def _fit(self, resume: Path | None, config_yaml: str) -> dict[str, object]:
         run_dir = self.resolve_run_dir(resume)
         loaded = load_checkpoint(resume) if resume is not None else None
         if loaded is not None:  # before anything is built or written: a different experiment stops here

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import abc
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tqdm.auto import tqdm
 
+from flsuite import progress
 from flsuite.data.base import FederatedData
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, FederationState, save_checkpoint
 from flsuite.federation.client import ClientEnvironment
@@ -70,10 +69,14 @@ class RunContext:
 
     def query(self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None) -> QueryOutcome:
         """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
-        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary)."""
+        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
+        A bar over the asked clients shows the exchange; the executor answers all of them in one call, so it moves
+        when they have answered."""
         seed = self.federation.seed
-        clients = range(len(self.data.clients)) if clients is None else clients
-        outcome = ask(self.federation.executor.query, query, list(clients), lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+        clients = list(range(len(self.data.clients)) if clients is None else clients)
+        with progress.bar(len(clients), f"query {query.name}", "client", show=self.federation.progress) as bar:
+            outcome = ask(self.federation.executor.query, query, clients, lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+            bar.update(len(clients))
         totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
         totals["calls"] += 1
         totals["bytes_up"] += outcome.bytes_up
@@ -173,17 +176,16 @@ class Rounds(Phase):
         global_model = model_spec.build(data.input_shape, data.num_classes)
         global_model.load_state_dict(state.global_weights)
         desc = fed.name if not self.prefix else f"{fed.name} {self.name}"
-        bar = tqdm(total=rounds, initial=state.round, desc=desc, disable=not fed.progress, file=sys.stderr)
-        for rnd in range(state.round + 1, rounds + 1):
-            done = self._round(ctx, rnd, rounds, clients, method, steps, global_model)
-            state.round, state.global_weights, state.server_state = rnd, done.weights, done.server_state
-            state.client_states.update(done.client_states)
-            state.step_states = done.step_states
-            ctx.commit(done.record, done.timing, checkpoint=rnd % fed.checkpoint_every == 0 or rnd == rounds)
-            if f"{self.prefix}acc_mean" in done.record:
-                bar.set_postfix(acc_mean=f"{done.record[f'{self.prefix}acc_mean']:.2f}")
-            bar.update(1)
-        bar.close()
+        with progress.bar(rounds, desc, "round", initial=state.round, show=fed.progress) as bar:
+            for rnd in range(state.round + 1, rounds + 1):
+                done = self._round(ctx, rnd, rounds, clients, method, steps, global_model)
+                state.round, state.global_weights, state.server_state = rnd, done.weights, done.server_state
+                state.client_states.update(done.client_states)
+                state.step_states = done.step_states
+                ctx.commit(done.record, done.timing, checkpoint=rnd % fed.checkpoint_every == 0 or rnd == rounds)
+                if f"{self.prefix}acc_mean" in done.record:
+                    bar.set_postfix(acc_mean=f"{done.record[f'{self.prefix}acc_mean']:.2f}")
+                bar.update(1)
         state.outputs[self.name] = {"weights": state.global_weights}
 
     def _round(self, ctx: RunContext, rnd: int, rounds: int, clients: list[int], method: Method, steps: Sequence[ServerStep], global_model: torch.nn.Module) -> _Round:

@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, Split
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
 from flsuite.federation.weights import clone_weights
@@ -65,11 +66,24 @@ class ServerContext:
 
     def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
         """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream
-        (dropout and other model-internal randomness), so serial and Ray runs train identically."""
+        (dropout and other model-internal randomness), so serial and Ray runs train identically. A bar over its
+        epochs shows it when the run shows progress (a callback only then: the fit itself is the same)."""
         from flsuite.federation.client import make_trainer
 
         torch.manual_seed(self.seed_for(purpose))
-        make_trainer(LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs).fit(module, train_dataloaders=batches)
+        with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
+            callbacks = None if bar.disable else [_EpochTicks(bar)]
+            make_trainer(LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks).fit(module, train_dataloaders=batches)
+
+
+class _EpochTicks(L.Callback):
+    """Moves a bar by one per finished epoch (the lean loop runs a whole epoch in one training step)."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.bar.update(1)
 
 
 @dataclass

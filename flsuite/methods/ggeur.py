@@ -37,6 +37,7 @@ from typing import Literal
 
 import torch
 
+from flsuite import progress
 from flsuite.data.base import ClientData, DataError, FederatedData, Split
 from flsuite.federation.query import ClientQuery, QueryRunner, QueryTask, ask, in_process
 from flsuite.federation.setup import SetupResult, SetupStage
@@ -159,7 +160,7 @@ class GGEUR(SetupStage):
         bytes_up = bytes_down = 0
         query = query or in_process(data)
         clients = [client.client_id for client in data.clients]
-        for c in range(data.num_classes):
+        for c in progress.track(range(data.num_classes), "GGEUR", "class"):  # Eq. 4 and 5, class by class
             held = {client.client_id: client.train.x[client.train.y == c] for client in data.clients}
             answers = ask(query, ClassStatisticsQuery(c), clients, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats"))
             bytes_up += answers.bytes_up
