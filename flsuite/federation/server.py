@@ -23,7 +23,13 @@ from torch import nn
 
 from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, Split
-from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.task import (
+    ClientResult,
+    ClientTask,
+    LocalTraining,
+    State,
+    Weights,
+)
 from flsuite.federation.weights import clone_weights
 from flsuite.seeding import derive_seed, torch_generator
 
