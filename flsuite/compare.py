@@ -12,8 +12,8 @@ Decisions:
   (`EXECUTION_KEYS`: run_dir, output_dir, name, wandb.*, progress, executor.*, threads.*, ...; `last_k` is not one of
   them, it changes the final numbers). So a group never mixes methods or datasets. A group is labelled by its method
   (the method's class name joined with the setup stages', as W&B's job_type: `FedAvg+GGEUR`) plus, where several groups
-  share a method, the config keys whose values tell them apart (`FedProx (method.init_args.mu=0.01)`; at most four
-  keys shown). A run whose config.yaml names no method (not written by `flsuite fit`) is grouped by its folder.
+  share a method, every config key whose values tell them apart (`FedProx (method.init_args.mu=0.01)`), so labels are
+  unique. A run whose config.yaml names no method (not written by `flsuite fit`) is grouped by its folder.
   `--by folder` groups by parent folder (labels: the folders' names, or their paths below the runs' common folder
   when two share a name), and stops, naming the keys, if a folder holds runs of different experiments; `--by KEY...`
   groups by config values (e.g. a sweep's trials by the swept option), on purpose across the other keys. Callers
@@ -97,11 +97,9 @@ def load_run(path: Path) -> Run:
         summary_prefix(summary)
     except KeyError as err:
         raise ValueError(f"{summary_file}: {err.args[0]}") from None
-    config_file = path / "config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     setup_file = path / "setup.json"
     setup = json.loads(setup_file.read_text()) if setup_file.is_file() else {}
-    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), config or {}, setup)
+    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), read_config(path), setup)
 
 
 def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
@@ -140,9 +138,8 @@ def group_by_parent(runs: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 #: Config keys that say how or where a run executed, not what it computed (the resume check's allowed changes, less
-#: `last_k`, which changes the final numbers), plus the seed and the resume source.
-EXECUTION_KEYS = (*(k for k in ALLOWED_CHANGES if k != "last_k"), "seed", "resume", "config")
-MAX_LABEL_KEYS = 4
+#: `last_k`, which changes the final numbers), plus the seed and `resume` (in a `--print_config` dump fed back).
+EXECUTION_KEYS = (*(k for k in ALLOWED_CHANGES if k != "last_k"), "seed", "resume")
 
 
 def read_config(run: Path) -> dict[str, Any]:
@@ -198,28 +195,20 @@ def group_by_experiment(runs: Sequence[Path]) -> dict[str, list[Path]]:
     labels: dict[str, str] = {}
     for method in dict.fromkeys(methods.values()):
         keys = [k for k in members if methods[k] == method]
-        shown = differing_keys([flats[k] for k in keys]) if len(keys) > 1 else []
+        shown = differing_keys([flats[k] for k in keys])  # none for a method's only group
         for k in keys:
-            parts = [f"{d}={_show(flats[k], d)}" for d in shown[:MAX_LABEL_KEYS]]
-            if len(shown) > MAX_LABEL_KEYS:
-                parts.append(f"+{len(shown) - MAX_LABEL_KEYS} more keys")
-            label = f"{method} ({', '.join(parts)})" if parts else method
-            labels[k] = label if label not in labels.values() else f"{label} #{sum(1 for v in labels.values() if v.startswith(label)) + 1}"
+            parts = ", ".join(f"{d}={_show(flats[k], d)}" for d in shown)
+            labels[k] = f"{method} ({parts})" if parts else method
     return {labels[k]: paths for k, paths in members.items()}
 
 
-def check_one_experiment(groups: Mapping[str, Sequence[Path]]) -> None:
+def check_one_experiment(label: str, runs: Sequence[Run]) -> None:
     """Stop if a labelled group holds runs of different experiments (configs differing beyond the seed and
-    `EXECUTION_KEYS`), naming the group and the keys."""
-    for label, paths in groups.items():
-        configs = [read_config(p) for p in paths]
-        if len(paths) < 2 or not all(configs):
-            continue
-        keys = differing_keys([experiment(c) for c in configs])
-        if keys:
-            shown = ", ".join(keys[:MAX_LABEL_KEYS]) + (f" (and {len(keys) - MAX_LABEL_KEYS} more)" if len(keys) > MAX_LABEL_KEYS else "")
-            raise ValueError(f"group {label!r} holds runs of different experiments (their config.yaml differ in {shown}), "
-                             "so it cannot be averaged as seeds of one; `flsuite compare` without --by groups runs by config")
+    `EXECUTION_KEYS`), naming the group and the keys (runs without a config.yaml cannot be told apart)."""
+    if len(runs) > 1 and all(r.config for r in runs) and (keys := differing_keys([experiment(r.config) for r in runs])):
+        shown = ", ".join(keys[:4]) + (f" (and {len(keys) - 4} more)" if len(keys) > 4 else "")
+        raise ValueError(f"group {label!r} holds runs of different experiments (their config.yaml differ in {shown}), "
+                         "so it cannot be averaged as seeds of one; `flsuite compare` without --by groups runs by config")
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:
@@ -480,9 +469,13 @@ def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, s
             across_configs: bool = False) -> Comparison:
     """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out.
     Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`)."""
-    if not across_configs:
-        check_one_experiment(groups)
-    stats = [group_stats(label, [load_run(p) for p in paths], target) for label, paths in groups.items() if paths]
+    stats = []
+    for label, paths in groups.items():
+        runs = [load_run(p) for p in paths]
+        if not across_configs:
+            check_one_experiment(label, runs)
+        if runs:
+            stats.append(group_stats(label, runs, target))
     if not stats:
         raise FileNotFoundError("no finished runs to compare")
     return Comparison(stats, list(skipped))
@@ -515,12 +508,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     runs, skipped = find_runs(args.runs)
     if args.by == ["folder"]:
-        groups = group_by_parent(runs)
+        groups, across_configs = group_by_parent(runs), False
     elif args.by:
-        groups = group_by_config(runs, args.by)
+        groups, across_configs = group_by_config(runs, args.by), True
     else:
-        groups = group_by_experiment(runs)
-    comparison = compare(groups, args.target, skipped, across_configs=bool(args.by) and args.by != ["folder"])
+        groups, across_configs = group_by_experiment(runs), False
+    comparison = compare(groups, args.target, skipped, across_configs)
     if args.out:
         files = write_report(comparison, args.out, args.title)
         print(files["markdown"].read_text())

@@ -296,3 +296,15 @@ def test_real_runs_side_by_side_compare_as_two_methods(tmp_path: Path, capsys):
     assert flsuite_main(["compare", str(tmp_path / "runs")]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| Fed")]
     assert [(r[0], r[-1]) for r in rows[:2]] == [("| FedAvg", "2 |"), ("| FedProx", "1 |")]
+
+
+def test_labels_name_every_key_that_differs_so_they_are_unique(tmp_path: Path):
+    """Two FedProx groups differing in five keys, a third in one of them: each label lists all its differing keys."""
+    local = {"lr": 0.1, "epochs": 1, "batch_size": 16, "momentum": 0.9, "weight_decay": 0.0}
+    other = {"lr": 0.2, "epochs": 2, "batch_size": 32, "momentum": 0.5, "weight_decay": 1e-4}
+    for name, values in [("a", local), ("b", other), ("c", local | {"lr": 0.2})]:
+        make_run(tmp_path / name, [{"x": 50.0}], 1, config=fedprox(0.01) | {"local": values})
+    labels = list(group_by_experiment([tmp_path / n for n in "abc"]))
+    assert len(set(labels)) == 3
+    assert labels[0] == ("FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, "
+                         "local.weight_decay=0.0)")
