@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["bar", "enabled", "shown", "track"]
+__all__ = ["bar", "shown", "track"]
 
 T = TypeVar("T")
 
@@ -38,11 +38,6 @@ def shown(on: bool) -> Iterator[None]:
         yield
     finally:
         _shown = previous
-
-
-def enabled() -> bool:
-    """Whether progress is shown now (inside a run with `progress: true`)."""
-    return _shown
 
 
 def bar(total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0, leave: bool | None = None, show: bool | None = None) -> tqdm:

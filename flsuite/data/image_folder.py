@@ -315,7 +315,7 @@ def load_image_folder_arrays(
             raise
         return True
 
-    desc = f"decode {_common_folder(entries)}".strip() if progress.enabled() else ""
+    desc = f"decode {_common_folder(entries)}".strip()
     if workers > 1 and len(entries) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             ok = list(progress.track(pool.map(decode, range(len(entries))), desc, "img", total=len(entries)))
