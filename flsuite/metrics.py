@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,8 +17,24 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from flsuite.data.base import Split
+from flsuite.records import (
+    ACC_MEAN,
+    ACC_PREFIX,
+    ACC_STD,
+    ACC_STD_SAMPLE,
+    BEST_ACC_MEAN,
+    BEST_ROUND,
+    LAST_PREFIX,
+    ROUND,
+    ROUNDS_TO_TARGET,
+    TARGET_ACC,
+    evaluated,
+    is_accuracy_key,
+    last_k_prefix,
+    summary_prefix,
+)
 
-ACC_PREFIX = "acc/"
+__all__ = ["ACC_PREFIX", "accuracy", "domain_summary", "domain_table", "evaluate", "final_summary", "summary_prefix"]
 
 
 @torch.inference_mode()
@@ -42,30 +57,16 @@ def domain_summary(per_domain: Mapping[str, float]) -> dict[str, float]:
     """acc/<domain> for each domain, plus acc_mean, acc_std (population) and acc_std_sample (≥ 2 domains)."""
     values = np.array(list(per_domain.values()), dtype=np.float64)
     out = {f"{ACC_PREFIX}{d}": float(v) for d, v in per_domain.items()}
-    out["acc_mean"] = float(values.mean())
-    out["acc_std"] = float(values.std(ddof=0))
+    out[ACC_MEAN] = float(values.mean())
+    out[ACC_STD] = float(values.std(ddof=0))
     if len(values) > 1:
-        out["acc_std_sample"] = float(values.std(ddof=1))
+        out[ACC_STD_SAMPLE] = float(values.std(ddof=1))
     return out
 
 
 def evaluate(model: nn.Module, test: Mapping[str, Split], num_classes: int, device: str = "cpu") -> dict[str, float]:
     """Per-domain accuracy of the global model and the cross-domain summary."""
     return domain_summary({d: accuracy(model, s, num_classes, device=device) for d, s in test.items()})
-
-
-def final_prefix(last_k: int) -> str:
-    """The summary-key prefix of the last-k averages, e.g. `last5/` (it follows `last_k`, never a fixed 5)."""
-    return f"last{last_k}/"
-
-
-def summary_prefix(summary: Mapping[str, object]) -> str:
-    """The last-k prefix a summary was written with (`last5/` for `last_k=5`), read from its keys."""
-    for key in summary:
-        m = re.fullmatch(r"(last\d+/)acc_mean", key)
-        if m:
-            return m.group(1)
-    raise KeyError("summary has no last<k>/acc_mean key (an unfinished run, or not a flsuite summary)")
 
 
 def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None) -> dict[str, object]:
@@ -78,30 +79,30 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
     is kept as `last{k}/mean_of_round_acc_std` (and `_sample`). Also `last/<metric>` (last evaluated round),
     `best/acc_mean` and its round, and `rounds_to_target` (first round whose acc_mean reaches `target_acc`, or None).
     """
-    evaluated = [r for r in history if "acc_mean" in r]
-    if not evaluated:
+    done = evaluated(history)
+    if not done:
         return {}
-    prefix = final_prefix(last_k)
-    keys = [k for k in evaluated[-1] if k.startswith(ACC_PREFIX) or k.startswith("acc_")]
-    tail = evaluated[-last_k:]
+    prefix = last_k_prefix(last_k)
+    keys = [k for k in done[-1] if is_accuracy_key(k)]
+    tail = done[-last_k:]
     means = {k: float(np.mean([float(r[k]) for r in tail])) for k in keys}
-    out: dict[str, object] = {f"{prefix}{k}": v for k, v in means.items() if k not in ("acc_std", "acc_std_sample")}
+    out: dict[str, object] = {f"{prefix}{k}": v for k, v in means.items() if k not in (ACC_STD, ACC_STD_SAMPLE)}
     domain_means = np.array([v for k, v in means.items() if k.startswith(ACC_PREFIX)], dtype=np.float64)
-    out[f"{prefix}acc_std"] = float(domain_means.std(ddof=0))
+    out[f"{prefix}{ACC_STD}"] = float(domain_means.std(ddof=0))
     if len(domain_means) > 1:
-        out[f"{prefix}acc_std_sample"] = float(domain_means.std(ddof=1))
-    for k in ("acc_std", "acc_std_sample"):
+        out[f"{prefix}{ACC_STD_SAMPLE}"] = float(domain_means.std(ddof=1))
+    for k in (ACC_STD, ACC_STD_SAMPLE):
         if k in means:
             out[f"{prefix}mean_of_round_{k}"] = means[k]
     out[f"{prefix}rounds"] = len(tail)
-    out.update({f"last/{k}": float(evaluated[-1][k]) for k in keys})
-    best = max(evaluated, key=lambda r: float(r["acc_mean"]))
-    out["best/acc_mean"] = float(best["acc_mean"])
-    out["best/round"] = int(best["round"])
+    out.update({f"{LAST_PREFIX}{k}": float(done[-1][k]) for k in keys})
+    best = max(done, key=lambda r: float(r[ACC_MEAN]))
+    out[BEST_ACC_MEAN] = float(best[ACC_MEAN])
+    out[BEST_ROUND] = int(best[ROUND])
     if target_acc is not None:
-        reached = [int(r["round"]) for r in evaluated if float(r["acc_mean"]) >= target_acc]
-        out["rounds_to_target"] = reached[0] if reached else None
-        out["target_acc"] = target_acc
+        reached = [int(r[ROUND]) for r in done if float(r[ACC_MEAN]) >= target_acc]
+        out[ROUNDS_TO_TARGET] = reached[0] if reached else None
+        out[TARGET_ACC] = target_acc
     return out
 
 
@@ -112,7 +113,7 @@ def domain_table(summary: Mapping[str, object], domains: Sequence[str], last_k: 
     sample one (FKPL; with ≥ 2 domains). The first row's label says how many rounds it averages when the run had
     fewer evaluated rounds than `last_k`.
     """
-    prefix = final_prefix(last_k)
+    prefix = last_k_prefix(last_k)
     sample = f"{prefix}acc_std_sample" in summary
     header = "| | " + " | ".join(domains) + " | AVG | STD |" + (" STD (n-1) |" if sample else "")
     rule = "|---" * (len(domains) + 3 + sample) + "|"

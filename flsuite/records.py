@@ -1,0 +1,116 @@
+"""The record schema: the keys of a run folder's `metrics.jsonl` (one record per committed step), `timings.jsonl`
+and `summary.json`. Phases write them (`flsuite.federation.phases`, FKPL's stages); metrics, tracking, compare and
+sweep read them through the names here instead of guessing from the shapes of the files.
+
+A round record (`Rounds`):
+
+| key | value |
+|---|---|
+| `round` | the round, 1-based (0 for a one-shot step before rounds, e.g. FKPL's clustering) |
+| `phase` | the phase's name; absent for the default protocol's rounds (un-prefixed names) |
+| `clients`, `clients_failed`, `clients_rejected` | sampled client ids; those that failed, whose updates were non-finite |
+| `train_loss` | sample-weighted mean of the clients' mean mini-batch losses |
+| `bytes_down`, `bytes_up` | what the round sent, summed over clients |
+| `client_loss`, `client_steps` | {client id (a string): mean loss, optimiser steps} |
+| `server/<name>/<metric>` | what the method's server update and the server steps report |
+| `acc/<domain>`, `acc_mean`, `acc_std`, `acc_std_sample` | evaluation, in rounds that evaluate (`eval_every`) |
+
+A phase with a metric prefix (e.g. `expert0/`) writes `{"round", "phase", "<prefix><key>": ...}`. A timing record
+has `round` (and `phase`) and `time/round_s`, `time/clients_s`, `time/eval_s`, prefixed the same way.
+
+The summary (`flsuite.metrics.final_summary`): `last<k>/<acc key>` (averages over the last k evaluated rounds),
+`last<k>/rounds`, `last/<acc key>`, `best/acc_mean`, `best/round`, `rounds_to_target`, `target_acc`, and the byte
+totals of client queries `query/<query name>/{calls,bytes_up,bytes_down}`; `setup.json` holds the setup stages'
+`setup/<stage>/<metric>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ROUND = "round"
+PHASE = "phase"
+CLIENTS, CLIENTS_FAILED, CLIENTS_REJECTED = "clients", "clients_failed", "clients_rejected"
+TRAIN_LOSS = "train_loss"
+BYTES_UP, BYTES_DOWN = "bytes_up", "bytes_down"
+CLIENT_LOSS, CLIENT_STEPS = "client_loss", "client_steps"
+SERVER_PREFIX = "server/"
+ACC_PREFIX = "acc/"
+ACC_MEAN, ACC_STD, ACC_STD_SAMPLE = "acc_mean", "acc_std", "acc_std_sample"
+#: Timing keys of a round.
+ROUND_SECONDS, CLIENTS_SECONDS, EVAL_SECONDS = "time/round_s", "time/clients_s", "time/eval_s"
+#: Summary keys besides the last-k averages.
+LAST_PREFIX = "last/"
+BEST_ACC_MEAN, BEST_ROUND = "best/acc_mean", "best/round"
+ROUNDS_TO_TARGET, TARGET_ACC = "rounds_to_target", "target_acc"
+QUERY_PREFIX, SETUP_PREFIX = "query/", "setup/"
+#: After a last-k prefix (`last5/rounds`): how many evaluated rounds the last-k averages cover.
+LAST_K_ROUNDS = "rounds"
+
+#: Keys a round record carries every evaluated round (what a sweep can report per round); everything else is a
+#: summary key.
+PER_ROUND = re.compile(r"acc/.+|acc_mean|acc_std|acc_std_sample|train_loss")
+
+
+def is_accuracy_key(key: str) -> bool:
+    """`acc/<domain>` and the `acc_*` statistics (`acc_mean`, `acc_std`, `acc_std_sample`): what evaluation writes."""
+    return key.startswith((ACC_PREFIX, "acc_"))
+
+
+def last_k_prefix(last_k: int) -> str:
+    """The summary-key prefix of the last-k averages, e.g. `last5/` (it follows `last_k`, never a fixed 5)."""
+    return f"last{last_k}/"
+
+
+def last_k_of(prefix: str) -> int:
+    """`last_k_prefix` undone: the k of a last-k prefix (`last5/` -> 5)."""
+    m = re.fullmatch(r"last(\d+)/", prefix)
+    if not m:
+        raise ValueError(f"{prefix!r} is not a last-k prefix (last<k>/)")
+    return int(m.group(1))
+
+
+def round_key_of(summary_key: str) -> str:
+    """The round key a summary key summarises over rounds (`last5/acc_mean`, `last/acc_mean`, `best/acc_mean` ->
+    `acc_mean`); any other key as it is."""
+    m = re.match(r"(last\d*|best)/", summary_key)
+    return summary_key[m.end() :] if m else summary_key
+
+
+def summary_prefix(summary: Mapping[str, object]) -> str:
+    """The last-k prefix a summary was written with (`last5/` for `last_k=5`), read from its keys."""
+    for key in summary:
+        m = re.fullmatch(r"(last\d+/)acc_mean", key)
+        if m:
+            return m.group(1)
+    raise KeyError("summary has no last<k>/acc_mean key (an unfinished run, or not a flsuite summary)")
+
+
+def evaluated(history: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records of rounds that evaluated the global model (un-prefixed names)."""
+    return [r for r in history if ACC_MEAN in r]
+
+
+def with_prefix(record: Mapping[str, Any], phase: str, prefix: str) -> dict[str, Any]:
+    """A phase's record under its metric prefix: `round` kept, `phase` added, every other key prefixed."""
+    return {ROUND: record[ROUND], PHASE: phase, **{f"{prefix}{k}": v for k, v in record.items() if k != ROUND}}
+
+
+def without_prefix(record: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """`with_prefix` undone: the record under the plain names (for the summary)."""
+    n = len(prefix)
+    return {k[n:] if k.startswith(prefix) else k: v for k, v in record.items()}
+
+
+def query_totals(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> dict[str, float]:
+    """Bytes each way of every one-shot exchange: client queries (`query/<name>/bytes_*` in the summary) and setup
+    stages (`setup/<stage>/bytes_*` in setup.json)."""
+    total = {BYTES_UP: 0.0, BYTES_DOWN: 0.0}
+    for source, first in ((summary, QUERY_PREFIX), (setup, SETUP_PREFIX)):
+        for key, value in source.items():
+            parts = key.split("/")
+            if len(parts) >= 3 and f"{parts[0]}/" == first and parts[-1] in total:
+                total[parts[-1]] += value
+    return total
