@@ -29,6 +29,24 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from flsuite import progress
+from flsuite.data.folder_names import (
+    OFFICE_CALTECH10_CLASS_ALIASES,
+    OFFICE_CALTECH10_CLASSES,
+    OFFICE_CALTECH10_DOMAIN_ALIASES,
+    OFFICE_CALTECH10_DOMAINS,
+    PACS_CLASS_ALIASES,
+    PACS_CLASSES,
+    PACS_DOMAIN_ALIASES,
+    PACS_DOMAINS,
+)
+from flsuite.data.image_decode import (
+    Size,
+    UnreadableImageError,
+    _hw,
+    _to_chw_uint8,
+    _verifies,
+    load_image,
+)
 from flsuite.data.sources import ImageArrays
 
 __all__ = [
@@ -54,52 +72,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Entry = tuple[Path, int]
-Size = int | tuple[int, int]
 
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(
     {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 )
-
-# Office-Caltech-10 (Gong et al., CVPR 2012): Office-31's amazon/dslr/webcam + Caltech-256, 10 classes.
-OFFICE_CALTECH10_DOMAINS: tuple[str, ...] = ("amazon", "caltech", "dslr", "webcam")
-OFFICE_CALTECH10_CLASSES: tuple[str, ...] = (
-    "backpack",
-    "bike",
-    "calculator",
-    "headphones",
-    "keyboard",
-    "laptop",
-    "monitor",
-    "mouse",
-    "mug",
-    "projector",
-)
-OFFICE_CALTECH10_DOMAIN_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "caltech": ("caltech10", "caltech256"),
-}
-# Office-31 / FedBN-style names and the original Caltech-256 folder names.
-OFFICE_CALTECH10_CLASS_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "backpack": ("back_pack", "003.backpack"),
-    "bike": ("224.touring-bike",),
-    "calculator": ("027.calculator",),
-    "headphones": ("head_phones", "101.head-phones"),
-    "keyboard": ("computer_keyboard", "045.computer-keyboard"),
-    "laptop": ("laptop_computer", "127.laptop-101"),
-    "monitor": ("computer_monitor", "046.computer-monitor"),
-    "mouse": ("computer_mouse", "047.computer-mouse"),
-    "mug": ("coffee_mug", "041.coffee-mug"),
-    "projector": ("video_projector", "238.video-projector"),
-}
-
-# PACS (Li et al., ICCV 2017).
-PACS_DOMAINS: tuple[str, ...] = ("photo", "art_painting", "cartoon", "sketch")
-PACS_CLASSES: tuple[str, ...] = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
-PACS_DOMAIN_ALIASES: Mapping[str, tuple[str, ...]] = {"art_painting": ("art",), "photo": ("photos",)}
-PACS_CLASS_ALIASES: Mapping[str, tuple[str, ...]] = {}
-
-
-class UnreadableImageError(OSError):
-    """An image file could not be opened or decoded; the message names the file."""
 
 
 def normalise_name(name: str) -> str:
@@ -188,49 +164,6 @@ def scan_image_folder(
         result[domain] = entries
     return result
 
-
-def _hw(size: Size) -> tuple[int, int]:
-    h, w = (size, size) if isinstance(size, int) else size
-    if h <= 0 or w <= 0:
-        raise ValueError(f"size must be positive, got {size!r}")
-    return int(h), int(w)
-
-
-def load_image(path: str | Path, size: Size | None = None) -> Image.Image:
-    """Decode ``path`` as an RGB PIL image, resized to ``size`` (int or (height, width)) if given.
-
-    Resizing squashes to the exact size (no crop), bilinear with antialiasing. JPEGs are decoded
-    at a reduced DCT scale first (``Image.draft``) when that still leaves at least ``size``
-    pixels, which makes large photos (e.g. 1000x1000 DSLR images) much faster to load.
-    Any failure raises :class:`UnreadableImageError` naming the file.
-    """
-    path = Path(path)
-    try:
-        with Image.open(path) as im:
-            if size is not None and im.format == "JPEG":
-                h, w = _hw(size)
-                im.draft("RGB", (w, h))
-            rgb = im.convert("RGB")  # forces the decode
-        if size is not None:
-            h, w = _hw(size)
-            if rgb.size != (w, h):
-                rgb = rgb.resize((w, h), Image.Resampling.BILINEAR)
-        return rgb
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise UnreadableImageError(f"cannot read image {path}: {e}") from e
-
-
-def _to_chw_uint8(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
-
-
-def _verifies(path: Path) -> bool:
-    try:
-        with Image.open(path) as im:
-            im.verify()
-        return True
-    except Exception:  # noqa: BLE001 - PIL raises many exception types for damaged files
-        return False
 
 
 class ImageFileDataset(Dataset[tuple[Any, int]]):

@@ -14,81 +14,37 @@ from dataclasses import dataclass
 import numpy as np
 
 from flsuite.data.base import DataError
+from flsuite.data.index_splits import (
+    _dirichlet_draw,  # noqa: F401 - re-exported (tests import it from here)
+    dirichlet_partition,
+    iid_partition,
+    train_test_split_indices,
+)
+from flsuite.data.partition_checks import (
+    _check_beta,
+    _check_enough_samples,
+    _check_min_per_class,
+    _check_num_clients,
+    _label_skew,
+    _labels,
+    _single_domain,
+)
+
+__all__ = [
+    "IID",
+    "Centralised",
+    "ClientIndices",
+    "Dirichlet",
+    "DomainSkew",
+    "LabelDomainSkew",
+    "Partitioner",
+    "dirichlet_partition",
+    "drop_empty_clients",
+    "iid_partition",
+    "train_test_split_indices",
+]
 
 log = logging.getLogger(__name__)
-
-
-def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """A uniformly random split into `num_clients` near-equal parts."""
-    if num_clients < 1:
-        raise DataError(f"num_clients must be >= 1, got {num_clients}")
-    if num_clients > num_samples:
-        raise DataError(f"cannot split {num_samples} samples over {num_clients} clients (more clients than samples)")
-    return [np.sort(part) for part in np.array_split(rng.permutation(num_samples), num_clients)]
-
-
-def dirichlet_partition(
-    labels: np.ndarray,
-    num_clients: int,
-    beta: float,
-    rng: np.random.Generator,
-    *,
-    min_per_class: int = 0,
-    min_size: int = 0,
-    max_draws: int = 1000,
-) -> list[np.ndarray]:
-    """Label skew: for each class c, proportions p_c ~ Dir(β·1_K) split that class's samples over the K clients.
-
-    `min_per_class` first gives every client that many samples of every class (the official GGEUR code uses 1),
-    then splits the remainder by the Dirichlet draw. Smaller β means more skew. `min_size` is NIID-Bench's rule
-    (FedEGG A13): the whole split is drawn again, from the same stream, until every client holds at least that many
-    samples (at most `max_draws` draws). With 0, or when the first draw satisfies it, the split is the one-draw split.
-    """
-    labels = np.asarray(labels)
-    if not beta > 0:
-        raise DataError(f"Dirichlet beta must be > 0, got {beta}")
-    if num_clients < 1:
-        raise DataError(f"num_clients must be >= 1, got {num_clients}")
-    if num_clients > len(labels):
-        raise DataError(f"cannot split {len(labels)} samples over {num_clients} clients (more clients than samples)")
-    if min_size * num_clients > len(labels):
-        raise DataError(f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; there are {len(labels)}")
-    for _ in range(max_draws):
-        parts = _dirichlet_draw(labels, num_clients, beta, rng, min_per_class)
-        if min(len(p) for p in parts) >= min_size:
-            return parts
-    raise DataError(
-        f"no Dirichlet(beta={beta}) split of {len(labels)} samples over {num_clients} clients gave every client >= "
-        f"min_size={min_size} samples in {max_draws} draws; lower min_size or raise beta"
-    )
-
-
-def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator, min_per_class: int) -> list[np.ndarray]:
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        reserved = min_per_class * num_clients
-        if reserved > len(idx):
-            raise DataError(
-                f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients"
-            )
-        for k in range(num_clients):
-            parts[k].append(idx[k * min_per_class : (k + 1) * min_per_class])
-        rest = idx[reserved:]
-        proportions = rng.dirichlet(np.full(num_clients, beta))
-        cuts = (np.cumsum(proportions)[:-1] * len(rest)).astype(int)
-        for k, chunk in enumerate(np.split(rest, cuts)):
-            parts[k].append(chunk)
-    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
-
-
-def train_test_split_indices(num_samples: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded disjoint (train, test) index split, for datasets with no official test set."""
-    if not 0 < test_fraction < 1:
-        raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    order = rng.permutation(num_samples)
-    n_test = int(round(num_samples * test_fraction))
-    return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -129,85 +85,6 @@ def drop_empty_clients(clients: list[ClientIndices]) -> tuple[list[ClientIndices
         where = ", ".join(f"(domain {d!r}, position {i})" for d, i in dropped)
         log.warning("dropped %d empty client(s) of %d: %s", len(dropped), len(clients), where)
     return kept, len(dropped)
-
-
-def _check_num_clients(num_clients: int, name: str = "num_clients") -> None:
-    if isinstance(num_clients, bool) or not isinstance(num_clients, int | np.integer) or num_clients < 1:
-        raise DataError(f"{name} must be an integer >= 1, got {num_clients!r}")
-
-
-def _check_beta(beta: float) -> None:
-    if not beta > 0 or not np.isfinite(beta):
-        raise DataError(f"beta (Dirichlet concentration) must be a finite number > 0, got {beta!r}")
-
-
-def _check_min_per_class(min_per_class: int) -> None:
-    if isinstance(min_per_class, bool) or not isinstance(min_per_class, int | np.integer) or min_per_class < 0:
-        raise DataError(f"min_per_class must be an integer >= 0, got {min_per_class!r}")
-
-
-def _labels(train_labels: Mapping[str, np.ndarray], num_classes: int) -> dict[str, np.ndarray]:
-    """Each domain's labels as a 1-D int64 array, checked against `num_classes`."""
-    if not train_labels:
-        raise DataError("no domains to partition (train_labels is empty)")
-    if num_classes < 1:
-        raise DataError(f"num_classes must be >= 1, got {num_classes}")
-    out: dict[str, np.ndarray] = {}
-    for domain, labels in train_labels.items():
-        y = np.asarray(labels)
-        if y.ndim != 1:
-            raise DataError(f"labels of domain {domain!r} must be 1-D, got shape {y.shape}")
-        if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes):
-            raise DataError(
-                f"labels of domain {domain!r} must be integers in [0, {num_classes}), got values {np.unique(y)[:10]}..."
-            )
-        out[domain] = y.astype(np.int64, copy=False)
-    return out
-
-
-def _single_domain(train_labels: Mapping[str, np.ndarray], protocol: str) -> str:
-    domains = list(train_labels)
-    if len(domains) != 1:
-        raise DataError(
-            f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; "
-            "use DomainSkew for multi-domain data"
-        )
-    return domains[0]
-
-
-def _check_enough_samples(domain: str, num_samples: int, num_clients: int) -> None:
-    if num_clients > num_samples:
-        raise DataError(
-            f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients "
-            "(more clients than samples)"
-        )
-
-
-def _check_min_per_class_possible(
-    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, min_per_class: int
-) -> None:
-    if min_per_class == 0:
-        return
-    counts = np.bincount(labels, minlength=num_classes)
-    need = min_per_class * num_clients
-    for c in range(num_classes):
-        if counts[c] < need:
-            raise DataError(
-                f"min_per_class={min_per_class} is impossible in domain {domain!r}: class {c} has {counts[c]} samples, "
-                f"but {num_clients} clients × {min_per_class} = {need} are needed"
-            )
-
-
-def _label_skew(
-    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, beta: float, min_per_class: int, rng: np.random.Generator,
-    min_size: int = 0,
-) -> list[np.ndarray]:
-    _check_enough_samples(domain, len(labels), num_clients)
-    _check_min_per_class_possible(domain, labels, num_classes, num_clients, min_per_class)
-    try:
-        return dirichlet_partition(labels, num_clients, beta, rng, min_per_class=min_per_class, min_size=min_size)
-    except DataError as err:
-        raise DataError(f"domain {domain!r}: {err}") from None
 
 
 class IID(Partitioner):

@@ -18,12 +18,24 @@ import gzip
 import importlib.util
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
-import torch
+
+from flsuite.data.image_arrays import (
+    DIGIT_CLASSES,
+    FASHION_MNIST_CLASSES,
+    ImageArrays,
+    SplitName,
+    _check_split,
+    _to_arrays,
+)
+from flsuite.data.torchvision_sources import (
+    TorchvisionName,
+    load_torchvision,
+    load_usps_torchvision,
+)
 
 __all__ = [
     "DIGIT_CLASSES",
@@ -41,91 +53,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SplitName = Literal["train", "test"]
-TorchvisionName = Literal["mnist", "svhn", "cifar10", "cifar100", "fashion_mnist"]
-
-DIGIT_CLASSES: tuple[str, ...] = tuple(str(i) for i in range(10))
-FASHION_MNIST_CLASSES: tuple[str, ...] = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
-
-
-@dataclass(frozen=True, eq=False)
-class ImageArrays:
-    """A split of an image dataset held in memory: x uint8 [N, C, H, W] (C = 1 or 3), y int64 [N].
-
-    ``classes[k]`` is the name of label ``k``; every label lies in ``[0, len(classes))``.
-    (``eq=False``: comparing tensors field-wise has no single truth value; compare ``x``/``y``
-    explicitly, e.g. with ``torch.equal``.)
-    """
-
-    x: torch.Tensor
-    y: torch.Tensor
-    classes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.x, torch.Tensor) or not isinstance(self.y, torch.Tensor):
-            raise ValueError(
-                f"ImageArrays: x and y must be torch.Tensor, got {type(self.x).__name__} and {type(self.y).__name__}"
-            )
-        if self.x.dtype != torch.uint8:
-            raise ValueError(f"ImageArrays: x must be uint8, got {self.x.dtype}")
-        if self.x.ndim != 4 or self.x.shape[1] not in (1, 3):
-            raise ValueError(f"ImageArrays: x must have shape [N, C, H, W] with C in (1, 3), got {tuple(self.x.shape)}")
-        if self.y.dtype != torch.int64:
-            raise ValueError(f"ImageArrays: y must be int64, got {self.y.dtype}")
-        if self.y.ndim != 1 or self.y.shape[0] != self.x.shape[0]:
-            raise ValueError(
-                f"ImageArrays: y must have shape [N] with N = {self.x.shape[0]} (from x), got {tuple(self.y.shape)}"
-            )
-        classes = tuple(self.classes)
-        if not classes or not all(isinstance(c, str) for c in classes):
-            raise ValueError(f"ImageArrays: classes must be a non-empty sequence of str, got {self.classes!r}")
-        object.__setattr__(self, "classes", classes)
-        if self.y.numel() > 0:
-            lo, hi = int(self.y.min()), int(self.y.max())
-            if lo < 0 or hi >= len(classes):
-                raise ValueError(
-                    f"ImageArrays: labels must lie in [0, {len(classes)}) for {len(classes)} classes, "
-                    f"got range [{lo}, {hi}]"
-                )
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def subset(self, index: torch.Tensor | np.ndarray | Sequence[int]) -> ImageArrays:
-        """Rows ``index`` (any 1-D integer index) as a new ImageArrays with the same classes."""
-        idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
-        return ImageArrays(x=self.x[idx], y=self.y[idx], classes=self.classes)
-
-
-def _check_split(split: str) -> SplitName:
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    return split  # type: ignore[return-value]
-
-
-def _to_arrays(x: np.ndarray | torch.Tensor, y: Any, classes: Sequence[str]) -> ImageArrays:
-    """Build ImageArrays from [N, H, W] (grey) or [N, C, H, W] uint8 data and any 1-D labels."""
-    xt = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x)
-    if xt.ndim == 3:
-        xt = xt.unsqueeze(1)
-    yt = torch.as_tensor(np.asarray(y).reshape(-1).astype(np.int64))
-    return ImageArrays(x=xt.contiguous(), y=yt, classes=tuple(classes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,73 +197,6 @@ def load_usps_mat(path: str | Path, split: SplitName) -> ImageArrays:
         raise ValueError(f"USPS .mat file {path}: labels in {y_key} must be 0..9, got [{ys.min()}, {ys.max()}]")
     images = _to_uint8_pixels(xs, f"USPS {path}:{x_key}").reshape(-1, 16, 16)
     return _to_arrays(images, ys, DIGIT_CLASSES)
-
-
-def load_usps_torchvision(root: str | Path, split: SplitName, download: bool = False) -> ImageArrays:
-    """USPS through ``torchvision.datasets.USPS``: ``<root>/usps.bz2`` (train) or ``usps.t.bz2`` (test).
-
-    Those are the LIBSVM files (bz2 text, ``label idx:value`` x 256 per line, labels 1..10, values
-    in [-1, 1]); torchvision maps labels to 0..9 and pixels to ``uint8((v + 1) / 2 * 255)``.
-    ``download=True`` fetches them from the LIBSVM site (needs internet).
-    """
-    split = _check_split(split)
-    from torchvision.datasets import USPS
-
-    root = Path(root)
-    filename = USPS.split_list[split][1]
-    if not download and not (root / filename).is_file():
-        raise FileNotFoundError(f"USPS ({split}) not found: {root / filename}; pass download=True to fetch it")
-    ds = USPS(str(root), train=split == "train", download=download)
-    return _to_arrays(np.asarray(ds.data, dtype=np.uint8), ds.targets, DIGIT_CLASSES)
-
-
-# --------------------------------------------------------------------------------------------
-# torchvision datasets
-# --------------------------------------------------------------------------------------------
-
-
-def load_torchvision(name: TorchvisionName, root: str | Path, split: SplitName, download: bool = False) -> ImageArrays:
-    """A torchvision dataset split as uint8 NCHW tensors, from torchvision's on-disk layout under ``root``.
-
-    * ``mnist`` / ``fashion_mnist``: ``<root>/{MNIST,FashionMNIST}/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``
-      (all four files must exist); 1x28x28.
-    * ``svhn``: ``<root>/{train,test}_32x32.mat`` (md5-checked by torchvision); 3x32x32; digit 0
-      is label 0 (the file codes it as 10; torchvision remaps it, and so does this loader).
-    * ``cifar10`` / ``cifar100``: ``<root>/cifar-10-batches-py`` / ``<root>/cifar-100-python`` pickles
-      (md5-checked); HWC arrays transposed to 3x32x32; CIFAR-100 uses the 100 fine labels.
-
-    ``download=True`` lets torchvision fetch missing files (needs internet). A missing dataset
-    raises ``FileNotFoundError``.
-    """
-    split = _check_split(split)
-    from torchvision import datasets as tvd
-
-    train = split == "train"
-    root_s = str(root)
-    try:
-        if name in ("mnist", "fashion_mnist"):
-            cls = tvd.MNIST if name == "mnist" else tvd.FashionMNIST
-            ds = cls(root_s, train=train, download=download)
-            classes = DIGIT_CLASSES if name == "mnist" else tuple(ds.classes)
-            return _to_arrays(ds.data.to(torch.uint8), ds.targets, classes)
-        if name == "svhn":
-            ds = tvd.SVHN(root_s, split=split, download=download)
-            labels = np.asarray(ds.labels, dtype=np.int64)
-            labels[labels == 10] = 0
-            return _to_arrays(np.asarray(ds.data, dtype=np.uint8), labels, DIGIT_CLASSES)
-        if name in ("cifar10", "cifar100"):
-            cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-            ds = cls(root_s, train=train, download=download)
-            data = np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2)  # NHWC -> NCHW
-            return _to_arrays(data, ds.targets, tuple(ds.classes))
-    except RuntimeError as e:
-        if "not found" in str(e).lower():
-            raise FileNotFoundError(
-                f"torchvision dataset {name!r} ({split}) not found or corrupted under {root}: {e} "
-                f"(pass download=True to fetch it)"
-            ) from e
-        raise
-    raise ValueError(f"unknown torchvision dataset {name!r}; expected one of {get_args(TorchvisionName)}")
 
 
 # --------------------------------------------------------------------------------------------

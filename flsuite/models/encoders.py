@@ -1,27 +1,25 @@
-"""Frozen image encoders that turn uint8 image batches into embeddings.
-
-Every encoder accepts the same input, a ``uint8`` tensor ``[B, C, H, W]`` with
-``C`` in ``{1, 3}`` (grey images are repeated to three channels), and owns its
-preprocessing (resize + normalisation, done on whole batches with
-``torchvision.transforms.v2.functional``).  Encoders are always in eval mode
-with ``requires_grad=False``; :meth:`FrozenEncoder.cache_key` identifies the
-encoder, its preprocessing and a fingerprint of its weights for the feature
-cache (:mod:`flsuite.data.feature_cache`).
+"""Frozen image encoders (EfficientNet-Lite0, open_clip image towers, torchvision classifiers) that turn uint8
+``[B, C, H, W]`` batches into embeddings, each owning its preprocessing. The base class `FrozenEncoder` (input
+contract, cache key) is in :mod:`flsuite.models.frozen_encoder`, the batch preprocessing (:func:`prepare_images`) in
+:mod:`flsuite.models.image_preprocessing`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import abc
-import hashlib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision.transforms.v2.functional as TF
 from torch import Tensor, nn
-from torchvision.transforms import InterpolationMode
+
+from flsuite.models.frozen_encoder import FrozenEncoder, weights_fingerprint
+from flsuite.models.image_preprocessing import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    _interpolation,
+    prepare_images,
+)
 
 __all__ = [
     "EfficientNetLite0",
@@ -32,149 +30,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def weights_fingerprint(module: nn.Module) -> str:
-    """Return a blake2b hex digest over a module's state dict (names, dtypes, shapes, bytes)."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, tensor in sorted(module.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode())
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-    return h.hexdigest()
-
-
-def _interpolation(name: str) -> InterpolationMode:
-    """Map an interpolation name ('bilinear', 'bicubic', ...) to torchvision's enum."""
-    try:
-        return InterpolationMode(name.lower())
-    except ValueError as err:
-        raise ValueError(f"Unknown interpolation mode {name!r}") from err
-
-
-def prepare_images(
-    images: Tensor,
-    *,
-    size: int | tuple[int, int],
-    mean: Sequence[float],
-    std: Sequence[float],
-    interpolation: InterpolationMode = InterpolationMode.BILINEAR,
-    resize_mode: str = "shortest",
-    device: torch.device | str = "cpu",
-) -> Tensor:
-    """Convert a uint8 ``[B, C, H, W]`` batch into a normalised float ``[B, 3, h, w]`` batch.
-
-    With ``resize_mode="shortest"`` the shorter side is resized to the target
-    size and the result centre-cropped (a plain resize for square inputs);
-    ``"squash"`` resizes to the target size directly.  Grey images are repeated
-    to three channels.  ``mean``/``std`` are given on the 0..255 pixel scale.
-    """
-    if resize_mode not in ("shortest", "squash"):
-        raise ValueError(f"unsupported resize_mode {resize_mode!r} (use 'shortest' or 'squash')")
-    if images.ndim != 4 or images.shape[1] not in (1, 3):
-        raise ValueError(f"expected images of shape [B, 1|3, H, W], got {tuple(images.shape)}")
-    if images.dtype != torch.uint8:
-        raise TypeError(f"expected uint8 images, got {images.dtype}")
-    out_h, out_w = (size, size) if isinstance(size, int) else size
-    x = images.to(device, non_blocking=True).float()
-    if tuple(x.shape[-2:]) != (out_h, out_w):
-        scale = max(out_h / x.shape[-2], out_w / x.shape[-1])
-        resized = (max(out_h, round(x.shape[-2] * scale)), max(out_w, round(x.shape[-1] * scale)))
-        if resize_mode == "squash":
-            resized = (out_h, out_w)
-        x = TF.resize(x, list(resized), interpolation=interpolation, antialias=True)
-        if resized != (out_h, out_w):
-            x = TF.center_crop(x, [out_h, out_w])
-        if interpolation == InterpolationMode.BICUBIC:
-            x = x.clamp_(0.0, 255.0)
-    if x.shape[1] == 1:
-        x = x.expand(-1, 3, -1, -1)
-    return TF.normalize(x, list(mean), list(std))
-
-
-class FrozenEncoder(nn.Module, abc.ABC):
-    """Base class of frozen image encoders (uint8 images in, ``[B, embed_dim]`` out).
-
-    Subclasses build their network, set :attr:`embed_dim`, implement
-    :meth:`preprocess` and :meth:`encode`, describe their configuration in
-    :meth:`config_key` and finally call :meth:`_freeze`.  ``train(True)`` is
-    ignored, so a parent module switching to training mode cannot put
-    BatchNorm layers of the encoder into batch-statistics mode.
-    """
-
-    embed_dim: int
-
-    def __init__(self, device: str = "cpu") -> None:
-        super().__init__()
-        self._device = torch.device(device)
-        self._fingerprint: tuple[tuple[int, int], ...] | None = None
-        self._fingerprint_value = ""
-
-    @property
-    def device(self) -> torch.device:
-        """Device the encoder's weights live on."""
-        tensor = next(iter(self.parameters()), None)
-        return self._device if tensor is None else tensor.device
-
-    def _freeze(self) -> None:
-        """Move to the configured device, switch to eval mode and disable gradients."""
-        self.to(self._device)
-        self.requires_grad_(False)
-        self.eval()
-
-    def train(self, mode: bool = True) -> FrozenEncoder:
-        """Keep the encoder in eval mode whatever ``mode`` is (it is frozen)."""
-        return super().train(False)
-
-    def weights_module(self) -> nn.Module:
-        """Module whose weights determine the embeddings (fingerprinted in :meth:`cache_key`)."""
-        return self
-
-    def weights_fingerprint(self) -> str:
-        """Digest of the weights, recomputed only when a tensor was replaced or modified in place."""
-        tensors = self.weights_module().state_dict().values()
-        state = tuple((t.data_ptr(), t._version) for t in tensors)
-        if state != self._fingerprint:
-            self._fingerprint_value = weights_fingerprint(self.weights_module())
-            self._fingerprint = state
-        return self._fingerprint_value
-
-    def config_key(self) -> dict[str, str]:
-        """Encoder settings that influence the embeddings (architecture, preprocessing)."""
-        return {}
-
-    def cache_key(self) -> dict[str, str]:
-        """Identify encoder, weights and preprocessing (keys the on-disk feature cache)."""
-        cls = type(self)
-        return {
-            "encoder": f"{cls.__module__}.{cls.__qualname__}",
-            "embed_dim": str(self.embed_dim),
-            **{k: str(v) for k, v in self.config_key().items()},
-            "weights": self.weights_fingerprint(),
-        }
-
-    @abc.abstractmethod
-    def preprocess(self, images_uint8: Tensor) -> Tensor:
-        """Turn uint8 ``[B, C, H, W]`` images into the network's float input on :attr:`device`."""
-
-    @abc.abstractmethod
-    def encode(self, pixels: Tensor) -> Tensor:
-        """Embed preprocessed pixels: ``[B, embed_dim]``."""
-
-    def forward(self, images_uint8: Tensor) -> Tensor:
-        """Preprocess and encode under ``torch.inference_mode``.
-
-        Outside inference mode the result is cloned into a normal tensor so it
-        can feed a trainable head (inference tensors cannot be saved for backward).
-        """
-        outer_inference = torch.is_inference_mode_enabled()
-        with torch.inference_mode():
-            features = self.encode(self.preprocess(images_uint8))
-        return features if outer_inference else features.clone()
 
 
 class EfficientNetLite0(FrozenEncoder):
