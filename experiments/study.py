@@ -10,7 +10,7 @@
 A variant may stack overlays, e.g. "SCAFFOLD + GGEUR=configs/baselines/scaffold.yaml,configs/ggeur/with_ggeur.yaml".
 Each run goes to `runs/<name>/<variant>/seed<k>` and is skipped when its `summary.json` exists, so a killed study
 continues where it stopped. Features are extracted first, one seed at a time (`flsuite features`), so parallel
-workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare.py)
+workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare/)
 with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
 domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
 Extra `flsuite fit` flags for every run can follow `--`; a study whose finished runs were given other flags (read from

@@ -159,7 +159,7 @@ def test_missing_inputs_name_the_path(tmp_path: Path):
 def test_study_script_table_is_compare_with_variant_labels(studies: Path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("study", Path(__file__).parents[1] / "experiments" / "study.py")
+    spec = importlib.util.spec_from_file_location("study", Path(__file__).parents[2] / "experiments" / "study.py")
     study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(study)
     variants = [("FedAvg", ""), ("FedProx", "configs/baselines/fedprox.yaml"), ("Never ran", "x.yaml")]
@@ -181,7 +181,7 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[1] / "experiments" / "ggeur_table4_compare.py")
+    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[2] / "experiments" / "ggeur_table4_compare.py")
     t4 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t4)
     argv, sys.argv = sys.argv, ["ggeur_table4_compare.py", "--runs", str(tmp_path / "t4")]
@@ -221,7 +221,7 @@ def test_flsuite_compare_subcommand(studies: Path, capsys):
 
 def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     """A finished run made with `-- --rounds 50` and a rerun without them would share one table: stopped, named."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     run = make_run(tmp_path / "runs" / "s" / "base" / "seed0", [{"x": 50.0}], 1)
     argv = ["cli.py", "fit", "--config", "b.yaml", "--seed", "0", "--progress", "false", "--wandb.enabled", "false", "--rounds", "50"]
     (run / "environment.json").write_text(json.dumps({"argv": argv}))

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import yaml
 
 from flsuite import sweep as sw
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
 
@@ -73,8 +72,9 @@ def test_wandbs_own_sweep_engine_accepts_the_file_and_its_grid_is_ours(path: Pat
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the 0.2.0 release's pydantic-v1 config names
-        import sweeps
         from sweeps.config import SweepConfig
+
+        import sweeps
     raw = yaml.safe_load(path.read_text())
     config = SweepConfig({k: v for k, v in raw.items() if k != "run_cap"})  # raises on a schema violation
     swept = {k for k, spec in raw["parameters"].items() if "value" not in spec}

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from flsuite.compare import main
-from tests.test_compare import make_run
+from tests.compare.test_compare import make_run
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium on PATH (Debian: apt-get install chromium)")

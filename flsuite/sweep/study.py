@@ -1,0 +1,293 @@
+"""The optuna side of a sweep: samplers and pruners for a spec, the study in SQLite, and trials run as processes.
+
+Only optuna's public API is used. Where optuna's own GridSampler reaches into the study's storage (`study._storage`,
+`study._study_id`, `trial._trial_id`), the locked grid sampler and the re-queue go through the storage this module
+creates (an `optuna.storages.RDBStorage`, whose methods are the documented storage interface), finding the study
+and trial ids by the study's name and the trial's number.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import math
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+from flsuite.records import ROUND
+from flsuite.sweep.report import plots, trial_rows, write_report
+from flsuite.sweep.spec import (
+    SweepError,
+    distribution,
+    expand_command,
+    fit_args,
+    grid_size,
+    load_sweep,
+    objective_value,
+    per_round_key,
+)
+
+log = logging.getLogger("flsuite.sweep")
+
+
+class TrialFailed(RuntimeError):
+    """A trial's process exited with an error (its log says why)."""
+
+
+def same_grid(recorded: Mapping[str, Sequence[Any]], space: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether a trial's recorded `search_space` is this grid (GridSampler's test: same names, same values in the
+    same order, NaN equal to NaN)."""
+    def nan(v: Any) -> bool:
+        return isinstance(v, Real) and math.isnan(float(v))
+
+    return set(recorded) == set(space) and all(
+        len(recorded[k]) == len(space[k]) and all(a == b or (nan(a) and nan(b)) for a, b in zip(recorded[k], space[k]))
+        for k in recorded)
+
+
+def grid_sampler(space: Mapping[str, Sequence[Any]], seed: int, storage: Any = None):
+    """optuna's GridSampler, with grid points handed out one at a time under a lock.
+
+    GridSampler gives trial n < grid size the point n and picks later trials' points at random among those not yet
+    taken; with `--workers 2` a trial created before its neighbour had its point could draw the same one (measured:
+    0.1 twice, 0.2 never, in 2 of 5 runs). Here a new trial takes the first point (in the seeded shuffled order) that
+    no trial holds, read and written under one lock; `flsuite sweep`'s lock file keeps a study to one process.
+    The points are read and recorded (the trial's `grid_id` and `search_space` system attributes, which
+    GridSampler samples from) through `storage`, the storage the study is created with; without it the sampler only
+    describes the grid."""
+    import optuna
+    from optuna.trial import TrialState
+
+    ordered = {name: list(values) for name, values in sorted(space.items())}  # GridSampler's order of the names
+    n_points = math.prod(len(values) for values in ordered.values())
+
+    class LockedGridSampler(optuna.samplers.GridSampler):
+        handout = threading.Lock()
+
+        def before_trial(self, study, trial):
+            if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
+                return  # a re-queued trial keeps its point
+            if storage is None:
+                raise RuntimeError("grid_sampler(storage=None) cannot hand out grid points; pass the study's storage")
+            with self.handout:
+                study_id = storage.get_study_id_from_name(study.study_name)
+                held = {t.system_attrs["grid_id"] for t in storage.get_all_trials(study_id, deepcopy=False)
+                        if "grid_id" in t.system_attrs and same_grid(t.system_attrs["search_space"], ordered)
+                        and (t.state != TrialState.FAIL or not t.user_attrs.get("interrupted"))}
+                free = [g for g in range(n_points) if g not in held]
+                if not free:  # every point done or running: optuna's behaviour (re-evaluate one, then stop)
+                    return super().before_trial(study, trial)
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+                storage.set_trial_system_attr(trial_id, "search_space", ordered)
+                storage.set_trial_system_attr(trial_id, "grid_id", free[0])
+
+    return LockedGridSampler(dict(space), seed=seed)
+
+
+def sampler_for(cfg: Mapping[str, Any], seed: int, storage: Any = None):
+    """The sampler of the file's `method`, seeded; a grid sampler hands out its points through `storage`."""
+    import optuna
+
+    if cfg["method"] == "grid":
+        return grid_sampler({k: s["values"] for k, s in cfg["parameters"].items() if "values" in s}, seed, storage)
+    if cfg["method"] == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def pruner_for(cfg: Mapping[str, Any]):
+    import optuna
+
+    early = cfg.get("early_terminate")
+    if not early:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.HyperbandPruner(min_resource=early.get("min_iter", 1), max_resource=early.get("max_iter", "auto"),
+                                          reduction_factor=early.get("eta", 3))
+
+
+def suggest(trial: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """One trial's parameter values, in the file's order (constants included)."""
+    params = {}
+    for name, spec in cfg["parameters"].items():
+        dist = distribution(name, spec)
+        if dist == "constant":
+            params[name] = spec["value"]
+        elif dist == "categorical":
+            params[name] = trial.suggest_categorical(name, spec["values"])
+        elif dist == "int_uniform":
+            params[name] = trial.suggest_int(name, spec["min"], spec["max"])
+        elif dist == "q_uniform":
+            params[name] = trial.suggest_float(name, spec["min"], spec["max"], step=spec.get("q", 1.0))
+        else:
+            params[name] = trial.suggest_float(name, spec["min"], spec["max"], log=dist == "log_uniform_values")
+    return params
+
+
+class Sweep:
+    """One sweep folder: the optuna study in SQLite, trial run folders, logs and reports."""
+
+    def __init__(self, file: Path, out: Path, workers: int = 1, seed: int = 0, extra: Sequence[str] = (), poll_s: float = 0.5) -> None:
+        self.file, self.cfg = Path(file), load_sweep(file)
+        self.name = str(self.cfg.get("name") or self.file.stem)
+        self.out, self.workers, self.seed, self.extra, self.poll_s = Path(out), workers, seed, list(extra), poll_s
+        self.metric = self.cfg["metric"]["name"]
+        self.report_key = per_round_key(self.metric)
+
+    @property
+    def storage_url(self) -> str:
+        return f"sqlite:///{(self.out / 'study.db').resolve()}"
+
+    def study(self):
+        import optuna
+
+        # The package's sampler_for and pruner_for, looked up when called, so that a caller (a test) may replace them.
+        from flsuite import sweep as package
+
+        direction = "maximize" if self.cfg["metric"]["goal"] == "maximize" else "minimize"
+        # workers are threads of this process (each drives one trial process); a long SQLite timeout rides out their writes
+        self.storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
+        # A resumed random/bayes sweep seeds its sampler past the trials it already has, so it does not replay them.
+        # Grid keeps its seed: GridSampler shuffles the grid with it and records visited points by their index.
+        existing = 0
+        if self.cfg["method"] != "grid" and self.name in optuna.study.get_all_study_names(self.storage):
+            existing = len(optuna.load_study(study_name=self.name, storage=self.storage).trials)
+        return optuna.create_study(study_name=self.name, storage=self.storage, direction=direction,
+                                   sampler=package.sampler_for(self.cfg, self.seed + existing, storage=self.storage),
+                                   pruner=package.pruner_for(self.cfg), load_if_exists=True)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
+        env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        env.setdefault("WANDB_MODE", "offline")
+        return env
+
+    def trial_command(self, params: Mapping[str, Any], run_dir: Path) -> list[str]:
+        command = expand_command(self.cfg, params)
+        own = [f"--run_dir={run_dir}", f"--name={self.name}", "--wandb.tags+=sweep", "--progress=false"]
+        return command + (own if fit_args(command) is not None else []) + self.extra
+
+    def objective(self, trial: Any) -> float:
+        import optuna
+
+        params = suggest(trial, self.cfg)
+        run_dir = self.out / "trials" / f"{trial.number:04d}"
+        log_file = self.out / "logs" / f"{trial.number:04d}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        trial.set_user_attr("run_dir", str(run_dir))
+        command = self.trial_command(params, run_dir)
+        trial.set_user_attr("command", command)
+        with open(log_file, "w") as logf:
+            proc = subprocess.Popen(command, stdout=logf, stderr=subprocess.STDOUT, env=self.env())
+            seen = 0
+            try:
+                while True:
+                    done = proc.poll() is not None
+                    for record in read_new_records(run_dir / "metrics.jsonl", seen):
+                        seen += 1
+                        if self.report_key in record:
+                            trial.report(float(record[self.report_key]), step=int(record[ROUND]))
+                            if not done and trial.should_prune():
+                                stop(proc)
+                                raise optuna.TrialPruned(f"pruned at round {record[ROUND]}")
+                    if done:
+                        break
+                    time.sleep(self.poll_s)
+            except BaseException:
+                stop(proc)
+                raise
+        if proc.returncode != 0:
+            raise TrialFailed(f"trial {trial.number} exited with status {proc.returncode}; see {log_file}")
+        summary_file = run_dir / "summary.json"
+        if not summary_file.is_file():
+            raise TrialFailed(f"trial {trial.number} wrote no {summary_file}; see {log_file}")
+        return objective_value(json.loads(summary_file.read_text()), self.metric, summary_file)
+
+    def requeue_interrupted(self, study: Any) -> list[int]:
+        """Trials left RUNNING by a killed sweep: mark them failed and queue them again, as optuna's
+        RetryFailedTrialCallback does: the parameters sampled so far and the system attributes (a grid trial's
+        grid_id, so GridSampler reruns the same point even when the kill came before any parameter was sampled)."""
+        import optuna
+        from optuna.trial import TrialState
+
+        requeued = []
+        study_id = self.storage.get_study_id_from_name(study.study_name)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            self.storage.set_trial_user_attr(trial_id, "interrupted", True)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            study.add_trial(optuna.trial.create_trial(
+                state=TrialState.WAITING, params=t.params, distributions=t.distributions, user_attrs={"retry_of": t.number},
+                system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
+            ))
+            requeued.append(t.number)
+        return requeued
+
+    def run(self, trials: int | None = None) -> Any:
+        import optuna
+        from optuna.trial import TrialState
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / "sweep.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SweepError(f"{self.out} is driven by another running `flsuite sweep` (lock file {self.out / 'sweep.lock'})") from None
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = self.study()
+            requeued = self.requeue_interrupted(study)
+            if requeued:
+                log.warning("re-queued trial(s) %s that were running when the sweep stopped", requeued)
+            target = trials or self.cfg.get("run_cap") or (grid_size(self.cfg) if self.cfg["method"] == "grid" else None)
+            if target is None:
+                raise SweepError(f"{self.file}: a {self.cfg['method']} sweep needs --trials (or run_cap in the file)")
+            finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+            remaining = max(0, target - finished)
+            log.info("sweep %s: %d of %d trials finished; running %d more with %d worker(s)", self.name, finished, target, remaining, self.workers)
+            # Re-queued trials run first and one at a time: optuna's threads can pop the same waiting trial twice.
+            waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            for n_trials, n_jobs in ((min(waiting, remaining), 1), (remaining - min(waiting, remaining), self.workers)):
+                if n_trials:
+                    study.optimize(self.objective, n_trials=n_trials, n_jobs=n_jobs, catch=(TrialFailed, SweepError), gc_after_trial=False)
+            self.report(study)
+            if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+                raise SweepError(f"sweep {self.name}: no trial finished; see the logs in {self.out / 'logs'}")
+        return study
+
+    # ---- outputs (flsuite.sweep.report) ------------------------------------------------------------------------------
+    def rows(self, study: Any) -> list[dict[str, Any]]:
+        return trial_rows(self, study)
+
+    def report(self, study: Any) -> dict[str, Path]:
+        """Write trials.md, trials.csv, best.yaml and the plots; return their paths."""
+        return write_report(self, study)
+
+    def plots(self, study: Any) -> dict[str, Path]:
+        """optuna's matplotlib figures: the metric against each parameter (slice), importance, parallel coordinates."""
+        return plots(self, study)
+
+
+def read_new_records(path: Path, seen: int) -> list[dict[str, Any]]:
+    """Complete JSON lines of a growing metrics.jsonl after the first `seen`."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")[:-1]  # the part after the last newline may be half-written
+    return [json.loads(line) for line in lines[seen:] if line.strip()]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
