@@ -56,7 +56,7 @@ def synthetic_federation(clients: int, samples: int, seed: int = 0):
 
 
 def client_env(fed, loop: str = "lean"):
-    from flsuite.federation.client import ClientEnvironment
+    from flsuite.federation.local.client import ClientEnvironment
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear
@@ -66,7 +66,7 @@ def client_env(fed, loop: str = "lean"):
 
 
 def flsuite_round(env, weights) -> list:
-    from flsuite.federation.client import run_client
+    from flsuite.federation.local.client import run_client
     from flsuite.federation.task import ClientTask
 
     return [run_client(env, ClientTask(1, k, 100 + k, weights)) for k in range(len(env.data.clients))]
@@ -75,7 +75,7 @@ def flsuite_round(env, weights) -> list:
 # ---- part 1: one round in a fresh process under the thread policy ---------------------------------------------
 def timed_round(clients: int, samples: int) -> dict:
     """Child process: apply the policy (as `flsuite fit` does), warm up on a tiny fit, time one full round."""
-    from flsuite.federation.client import _quiet_lightning
+    from flsuite.federation.local.client import _quiet_lightning
     from flsuite.runtime import ThreadPolicy
 
     _quiet_lightning()
@@ -164,10 +164,10 @@ def autograd_loop(env, weights) -> None:
 
 def autograd_floor_loop(env, weights) -> None:
     """The autograd loop with nothing around autograd: the head's two tensors as leaves, F.linear, gradients set to
-    None by hand and torch's functional SGD called as SGD.step calls it (flsuite.federation.sgd). What any loss
+    None by hand and torch's functional SGD called as SGD.step calls it (flsuite.federation.local.sgd). What any loss
     differentiated by autograd costs at the least; the gap to the closed form is the autograd graph and engine."""
     from flsuite.data.base import EpochBatches
-    from flsuite.federation.sgd import optimizer_step
+    from flsuite.federation.local.sgd import optimizer_step
     from flsuite.seeding import torch_generator
 
     for k, client in enumerate(env.data.clients):
@@ -206,7 +206,7 @@ def closed_form_loop(env, weights) -> None:
 
 
 def fedavg_part(args) -> None:
-    from flsuite.federation.client import _quiet_lightning
+    from flsuite.federation.local.client import _quiet_lightning
     from flsuite.runtime import ThreadPolicy
 
     _quiet_lightning()

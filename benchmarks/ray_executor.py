@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 import os
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -30,8 +30,8 @@ import torch  # noqa: E402
 
 from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains  # noqa: E402
 from flsuite.federation.executors import SerialExecutor  # noqa: E402
-from flsuite.federation.loop import Federation  # noqa: E402
 from flsuite.federation.ray_executor import RayExecutor  # noqa: E402
+from flsuite.federation.run import Federation  # noqa: E402
 from flsuite.federation.task import LocalTraining  # noqa: E402
 from flsuite.models.heads import Linear, SmallCNN  # noqa: E402
 from flsuite.tracking import WandbConfig  # noqa: E402

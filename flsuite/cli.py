@@ -23,6 +23,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -31,10 +32,10 @@ import flsuite
 from flsuite import progress
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
-from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError
-from flsuite.federation.loop import ClientFailedError, Federation
+from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError, resolve_checkpoint, run_dir_of, saved_config
+from flsuite.federation.run import ClientFailedError, Federation
 from flsuite.interrupts import EXIT_INTERRUPTED, RunInterrupted, sigint_raises_run_interrupted
-from flsuite.runfolder import flatten
+from flsuite.runfolder import check_resume_config, flatten, previous_config
 from flsuite.runtime import keep_freed_memory
 
 log = logging.getLogger("flsuite")
@@ -118,10 +119,27 @@ def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
     return Federation(**{name: init[name] for name in names})
 
 
+def option_defaults() -> dict[str, Any]:
+    """Every `flsuite fit` option's default, as flattened dotted keys (for runs started before an option existed)."""
+    parser = fit_parser()
+    return flatten(yaml.safe_load(parser.dump(parser.get_defaults(), skip_check=True)) or {})
+
+
+def check_resume(resume: Path, config_yaml: str) -> None:
+    """`--resume` continues the same experiment: the checkpoint's config (else its folder's config.yaml) against the
+    resolved one, before anything is built or written (`flsuite.runfolder.check_resume_config`)."""
+    checkpoint = resolve_checkpoint(resume)
+    old = previous_config(saved_config(checkpoint), run_dir_of(checkpoint))
+    check_resume_config(old, config_yaml, resume, defaults=option_defaults)
+
+
 def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     federation = build_federation(parser, cfg)
+    config_yaml = resolved_config_yaml(parser, cfg)
+    if cfg.resume is not None:
+        check_resume(cfg.resume, config_yaml)
     with sigint_raises_run_interrupted():
-        summary = federation.fit(resume=cfg.resume, config_yaml=resolved_config_yaml(parser, cfg))
+        summary = federation.fit(resume=cfg.resume, config_yaml=config_yaml)
     print(f"\nPer-domain test accuracy (%), run folder {summary['run_dir']}:\n{summary['table']}")
     return summary
 

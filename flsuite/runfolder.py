@@ -20,7 +20,7 @@ import fnmatch
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,15 +150,17 @@ def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Ma
     return ConfigDiff(blocking, allowed)
 
 
-def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str) -> ConfigDiff:
+def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str, defaults: Callable[[], Mapping[str, Any]] | None = None) -> ConfigDiff:
     """Stop (RunFolderError naming the keys) if resuming with `new_yaml` would change the experiment of `old_yaml`;
-    otherwise log which allowed keys changed. Either config empty (a run made through the API) = nothing to compare."""
+    otherwise log which allowed keys changed. Either config empty (a run made through the API) = nothing to compare.
+    `defaults()` gives every option's default as dotted keys (`flsuite.cli.option_defaults`), asked only when the old
+    config lacks a key (a run started before the option existed)."""
     if not old_yaml or not new_yaml:
         return ConfigDiff([], [])
     old, new = yaml.safe_load(old_yaml) or {}, yaml.safe_load(new_yaml) or {}
     diff = compare_configs(old, new)
-    if diff.blocking and any(k not in flatten(old) for k in diff.blocking):
-        diff = compare_configs(old, new, option_defaults())
+    if diff.blocking and defaults is not None and any(k not in flatten(old) for k in diff.blocking):
+        diff = compare_configs(old, new, defaults())
     if diff.blocking:
         a, b = flatten(old), flatten(new)
         shown = "; ".join(f"{k}: {_show(a, k)} -> {_show(b, k)}" for k in diff.blocking[:8])
@@ -170,14 +172,6 @@ def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str) -> Conf
     if diff.allowed:
         log.warning("--resume %s: continuing with changed settings that do not change the experiment: %s", where, ", ".join(diff.allowed))
     return diff
-
-
-def option_defaults() -> dict[str, Any]:
-    """Every `flsuite fit` option's default, as flattened dotted keys (for runs started before an option existed)."""
-    from flsuite.cli import fit_parser
-
-    parser = fit_parser()
-    return flatten(yaml.safe_load(parser.dump(parser.get_defaults(), skip_check=True)) or {})
 
 
 def _show(flat: Mapping[str, Any], key: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from flsuite.interrupts import RunInterrupted
-from flsuite.metrics import summary_prefix
+from flsuite.records import ACC_MEAN, ACC_PREFIX, LAST_PREFIX, ROUND, evaluated, summary_prefix
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,8 @@ class Tracker:
             log.warning("W&B online init failed (%s); logging offline instead", err)
             run = wandb.init(mode="offline", **kwargs)
         id_file.write_text(run.id)
-        run.define_metric("round")
-        run.define_metric("*", step_metric="round")
+        run.define_metric(ROUND)
+        run.define_metric("*", step_metric=ROUND)
         return run
 
     # ---- per run ---------------------------------------------------------------------------------------------
@@ -176,13 +176,22 @@ class Tracker:
         if self.wandb_run is not None:
             import wandb
 
-            self.wandb_run.log({"partition": wandb.Image(str(png)), "round": 0})
+            self.wandb_run.log({"partition": wandb.Image(str(png)), ROUND: 0})
 
     def log_setup(self, metrics: Mapping[str, Any]) -> None:
         """Setup-stage metrics (e.g. GGEUR's bytes each way): `setup.json` and the W&B summary."""
         write_json(self.run_dir / "setup.json", dict(metrics))
         if self.wandb_run is not None:
             self.wandb_run.summary.update(dict(metrics))
+
+    def add_setup(self, metrics: Mapping[str, Any]) -> None:
+        """More run-level metrics (e.g. a phase's per-stage cost): merged into `setup.json` and the W&B summary."""
+        path = self.run_dir / "setup.json"
+        self.log_setup({**(json.loads(path.read_text()) if path.is_file() else {}), **metrics})
+
+    def artifact(self, name: str) -> Path:
+        """Where a phase writes a file of its own into the run folder (a figure, a table)."""
+        return self.run_dir / name
 
     def log_round(self, record: Mapping[str, Any], timing: Mapping[str, Any]) -> None:
         with open(self.run_dir / "metrics.jsonl", "a") as f:
@@ -209,8 +218,8 @@ class Tracker:
             try:
                 prefix = summary_prefix(summary)  # last{k}/, k = last_k
             except KeyError:  # no evaluated round
-                prefix = "last/"
-            rows = [[d, summary.get(f"{prefix}acc/{d}"), summary.get(f"last/acc/{d}")] for d in domains]
+                prefix = LAST_PREFIX
+            rows = [[d, summary.get(f"{prefix}{ACC_PREFIX}{d}"), summary.get(f"{LAST_PREFIX}{ACC_PREFIX}{d}")] for d in domains]
             columns = ["domain", f"{prefix.rstrip('/')}_avg", "last"]
             final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=columns, data=rows)}
             if png.is_file():
@@ -263,15 +272,15 @@ def plot_convergence(history: Sequence[Mapping[str, Any]], domains: Sequence[str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    evaluated = [r for r in history if "acc_mean" in r]
-    if not evaluated:
+    done = evaluated(history)
+    if not done:
         return
-    rounds = [r["round"] for r in evaluated]
+    rounds = [r[ROUND] for r in done]
     fig, ax = plt.subplots(figsize=(6, 4))
     if len(domains) > 1:
         for d in domains:
-            ax.plot(rounds, [r[f"acc/{d}"] for r in evaluated], lw=1, alpha=0.7, label=d)
-    ax.plot(rounds, [r["acc_mean"] for r in evaluated], lw=2, color="black", label="mean")
+            ax.plot(rounds, [r[f"{ACC_PREFIX}{d}"] for r in done], lw=1, alpha=0.7, label=d)
+    ax.plot(rounds, [r[ACC_MEAN] for r in done], lw=2, color="black", label="mean")
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)

@@ -9,9 +9,9 @@ import torch
 import yaml
 
 from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
-from flsuite.federation.loop import Federation
+from flsuite.federation.method import ClientModule
+from flsuite.federation.run import Federation
 from flsuite.federation.task import LocalTraining
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.heads import Linear, SmallCNN
 from flsuite.tracking import WandbConfig
@@ -99,7 +99,7 @@ def killed_and_resumed(tmp_path: Path, crash_round: int, **kwargs: Any):
     import pytest
 
     from flsuite.federation.checkpoint import load_checkpoint
-    from tests.test_federation import CrashAtRound
+    from tests.federation.test_run import CrashAtRound
 
     head_federation(tmp_path / "full", **kwargs).fit()
     with pytest.raises(KeyboardInterrupt):
@@ -108,3 +108,15 @@ def killed_and_resumed(tmp_path: Path, crash_round: int, **kwargs: Any):
     head_federation(None, **kwargs).fit(resume=tmp_path / "killed")
     assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
     return load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "killed")
+
+
+def initial_weights(fed: Federation, data=None):
+    """W₀ of the default protocol: the model built from the derived "model_init" stream, as `Rounds` starts a phase."""
+    import torch
+
+    from flsuite.federation.weights import clone_weights
+    from flsuite.seeding import derive_seed
+
+    data = data if data is not None else fed.build_data()[0]
+    torch.manual_seed(derive_seed(fed.seed, purpose="model_init"))
+    return clone_weights(fed.model.build(data.input_shape, data.num_classes).state_dict())

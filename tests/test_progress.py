@@ -95,7 +95,7 @@ def test_feature_extraction_outside_a_run_is_quiet_unless_asked(capfd):
 PROBE = textwrap.dedent("""
     import torch
     from flsuite.data.builtin import GaussianFeatures
-    from flsuite.federation.client import ClientEnvironment, run_client
+    from flsuite.federation.local.client import ClientEnvironment, run_client
     from flsuite.federation.task import ClientTask, LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear
@@ -129,14 +129,12 @@ SERVER_FIT = textwrap.dedent("""
     import torch
     from flsuite.data.base import EpochBatches, Split
     from flsuite.federation.server import ServerContext
-    from flsuite.federation.task import ClientTask, LocalTraining
-    from flsuite.methods.base import ClientModule
+    from flsuite.federation.task import LocalTraining
     from flsuite.models.heads import Linear
 
-    module = ClientModule(Linear().build((4,), 2), None, LocalTraining(epochs=2, batch_size=4), ClientTask(0, -1, 1, {}))
-    server = ServerContext(0, 0, [], 1, lambda: None)
+    server = ServerContext(0, 0, [], 1, lambda: Linear().build((4,), 2))
     split = Split(torch.randn(16, 4), torch.randint(0, 2, (16,)))
-    server.fit(module, EpochBatches(split, 4, server.generator("x"), epochs=2), purpose="x")
+    server.train(server.build_model(), EpochBatches(split, 4, server.generator("x"), epochs=2), LocalTraining(epochs=2, batch_size=4), purpose="x")
     print("fit done")
 """)
 

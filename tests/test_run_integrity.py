@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from flsuite.methods.base import ClientModule
+from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.tracking import WandbConfig
 from tests.helpers import SMALL_CONFIG, head_federation, run_cli, write_config
@@ -189,7 +189,7 @@ def offline_wandb(monkeypatch, tmp_path):
 
 
 def test_failed_run_is_recorded_as_failed_in_wandb(monkeypatch, tmp_path):
-    from flsuite.federation.loop import ClientFailedError
+    from flsuite.federation.run import ClientFailedError
 
     wandb_cfg = offline_wandb(monkeypatch, tmp_path)
     with pytest.raises(ClientFailedError, match="no usable client update"):
@@ -409,12 +409,13 @@ def test_sigint_handler_is_only_installed_while_fit_runs(tmp_path, capsys):
 def test_options_added_after_a_run_started_do_not_block_its_resume_at_their_defaults():
     """A run started before `local.loop`/`protocol` existed has no such keys; resuming it with the defaults continues,
     a non-default value of a new option still changes the experiment."""
-    from flsuite.runfolder import check_resume_config, option_defaults
+    from flsuite.cli import option_defaults
+    from flsuite.runfolder import check_resume_config
 
     defaults = option_defaults()
     assert defaults["local.loop"] == "lean" and defaults["local.lr_milestones"] == []
     old = {"seed": 0, "local": {"lr": 0.01}}
     new = {"seed": 0, "local": {"lr": 0.01, "loop": "lean", "lr_milestones": [], "augment": {"hflip": False}}, "protocol": None}
-    assert check_resume_config(yaml.safe_dump(old), yaml.safe_dump(new), "r").blocking == []
+    assert check_resume_config(yaml.safe_dump(old), yaml.safe_dump(new), "r", defaults=option_defaults).blocking == []
     with pytest.raises(ValueError, match=r"local.loop: \(absent\) -> 'standard'"):
-        check_resume_config(yaml.safe_dump(old), yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}), "r")
+        check_resume_config(yaml.safe_dump(old), yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}), "r", defaults=option_defaults)

@@ -138,7 +138,7 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
 # ---- the frozen-feature hot path: faster, and the same numbers ----------------------------------------------------
 def _tiny_client_env(samples: int = 70, epochs: int = 3):
     from flsuite.data.base import ClientData, FederatedData, Split
-    from flsuite.federation.client import ClientEnvironment
+    from flsuite.federation.local.client import ClientEnvironment
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear
@@ -169,7 +169,7 @@ def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
     import torch.nn.functional as F
 
     from flsuite.data.base import EpochBatches
-    from flsuite.federation.client import run_client
+    from flsuite.federation.local.client import run_client
     from flsuite.federation.task import ClientTask
     from flsuite.seeding import torch_generator
 
@@ -201,7 +201,7 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
     do it once per process, and every Trainer still loads and calls what the scan found."""
     import lightning.fabric.utilities.registry as registry
 
-    from flsuite.federation.client import run_client
+    from flsuite.federation.local.client import run_client
     from flsuite.federation.task import ClientTask
 
     scans, calls = [], []
@@ -231,7 +231,7 @@ def test_ray_workers_get_their_share_of_the_cpus():
     import ray
 
     from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
-    from flsuite.federation.client import ClientEnvironment
+    from flsuite.federation.local.client import ClientEnvironment
     from flsuite.federation.ray_executor import _ClientWorker
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg

@@ -58,8 +58,8 @@ def test_the_final_wandb_table_follows_last_k(tmp_path, monkeypatch):
     """The per-domain W&B table uses the run's last_k (not a hard-coded 5)."""
     import json as _json
 
-    from tests.helpers import head_federation
     from flsuite.tracking import WandbConfig
+    from tests.helpers import head_federation
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     logged = {}

@@ -50,8 +50,12 @@ class FederationState:
 
     def enter_phase(self, phase: int) -> None:
         """Start phase `phase` afresh (its own weights and states); history and outputs carry over."""
-        self.phase, self.round = phase, 0
-        self.global_weights, self.server_state, self.client_states, self.step_states = {}, {}, {}, []
+        self.phase = phase
+        self.restart_phase()
+
+    def restart_phase(self) -> None:
+        """The phase in progress starts its rounds afresh (a nested phase: FKPL's next expert)."""
+        self.round, self.global_weights, self.server_state, self.client_states, self.step_states = 0, {}, {}, {}, []
 
 
 def save_checkpoint(state: FederationState, path: Path) -> None:
@@ -82,6 +86,21 @@ def resolve_checkpoint(path: Path) -> Path:
     if not candidate.is_file():
         raise CheckpointError(f"--resume {path}: no checkpoint found (looked for {candidate})")
     return candidate
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """The run folder a checkpoint file belongs to."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
+def saved_config(path: Path) -> str:
+    """The resolved config a checkpoint was written with, read without loading its tensors (memory-mapped)."""
+    path = resolve_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    return payload.get("config_yaml", "") if isinstance(payload, dict) else ""
 
 
 def load_checkpoint(path: Path) -> FederationState:

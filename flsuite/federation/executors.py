@@ -12,23 +12,14 @@ import abc
 import logging
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from flsuite.federation.client import ClientEnvironment, run_client
+from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.query import QueryResult, QueryTask, run_query
-from flsuite.federation.task import ClientResult, ClientTask
+from flsuite.federation.task import ClientFailure, ClientResult, ClientTask
+
+__all__ = ["ClientFailure", "Executor", "SerialExecutor"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ClientFailure:
-    """A client task that failed on every attempt."""
-
-    client_id: int
-    round: int
-    error: str
-    attempts: int
 
 
 class Executor(abc.ABC):

@@ -13,7 +13,8 @@ aggregation, a server step, evaluation) leaves the state of round r − 1, and t
 exactly (every random stream is derived from (seed, round, client, purpose)).
 
 A phase other than rounds (a one-shot client query, a server fit, a clustering step) is a `Phase` subclass that uses
-the `RunContext`: `query` for client computations through the executor, `state.outputs` for what it produces.
+the services of its `RunContext` (`flsuite.federation.context`): `query` for client computations through the
+executor, `publish`/`outputs` for what phases produce, `commit` for its records.
 """
 
 from __future__ import annotations
@@ -27,72 +28,30 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from flsuite import progress
-from flsuite.data.base import FederatedData
-from flsuite.federation.checkpoint import CHECKPOINT_NAME, FederationState, save_checkpoint
-from flsuite.federation.client import ClientEnvironment
-from flsuite.federation.executors import ClientFailure
-from flsuite.federation.query import ClientQuery, QueryOutcome, ask
-from flsuite.federation.server import ServerContext, ServerStep, run_server_steps
-from flsuite.federation.task import ClientResult, ClientTask, State, Weights
+from flsuite import progress, records
+from flsuite.federation.checkpoint import FederationState
+from flsuite.federation.server import ServerStep, run_server_steps
+from flsuite.federation.task import (
+    ClientFailure,
+    ClientResult,
+    ClientTask,
+    State,
+    Weights,
+)
 from flsuite.federation.weights import clone_weights, is_finite
-from flsuite.methods.base import HyperParameters, Method
 from flsuite.metrics import evaluate
-from flsuite.models.heads import ModelSpec
 from flsuite.seeding import derive_seed
 
 if TYPE_CHECKING:
-    from flsuite.federation.loop import Federation
-    from flsuite.tracking import Tracker
+    from flsuite.federation.context import RunContext
+    from flsuite.federation.method import Method
+    from flsuite.models.heads import ModelSpec
 
 log = logging.getLogger(__name__)
 
 
 class ClientFailedError(RuntimeError):
     """A round could not proceed: a client failed under the "fail" policy, or no client update was usable."""
-
-
-@dataclass
-class RunContext:
-    """What a phase gets from its run: the federation's settings, the data, the run state, the executor, the tracker."""
-
-    federation: Federation
-    data: FederatedData
-    state: FederationState
-    tracker: Tracker
-    run_dir: Any
-
-    def use(self, model: ModelSpec, method: Method) -> None:
-        """Make the executor's clients work with `model` and a read-only snapshot of `method`."""
-        fed = self.federation
-        fed.executor.set_env(ClientEnvironment(self.data, model, HyperParameters(method), fed.local, fed.seed))  # type: ignore[arg-type]
-
-    def query(self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None) -> QueryOutcome:
-        """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
-        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
-        A bar over the asked clients shows the exchange; the executor answers all of them in one call, so it moves
-        when they have answered."""
-        seed = self.federation.seed
-        clients = list(range(len(self.data.clients)) if clients is None else clients)
-        with progress.bar(len(clients), f"query {query.name}", "client", show=self.federation.progress) as bar:
-            outcome = ask(self.federation.executor.query, query, clients, lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
-            bar.update(len(clients))
-        totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
-        totals["calls"] += 1
-        totals["bytes_up"] += outcome.bytes_up
-        totals["bytes_down"] += outcome.bytes_down
-        return outcome
-
-    def commit(self, record: dict[str, Any], timing: dict[str, Any], checkpoint: bool) -> None:
-        """Append a finished step's record to the history and the run folder, and checkpoint if asked."""
-        self.state.history.append(record)
-        self.state.timings.append(timing)
-        self.tracker.log_round(record, timing)
-        if checkpoint:
-            self.checkpoint()
-
-    def checkpoint(self) -> None:
-        save_checkpoint(self.state, self.run_dir / "checkpoints" / CHECKPOINT_NAME)
 
 
 class Phase(abc.ABC):
@@ -155,14 +114,14 @@ class Rounds(Phase):
         self.server_steps, self.prefix = server_steps, prefix
 
     def run(self, ctx: RunContext) -> None:
-        fed, data, state = ctx.federation, ctx.data, ctx.state
-        rounds = self.rounds or fed.rounds
-        model_spec, method = self.model or fed.model, self.method or fed.method
-        steps = fed.server_steps if self.server_steps is None else self.server_steps
+        settings, data, state = ctx.settings, ctx.data, ctx.state
+        rounds = self.rounds or settings.rounds
+        model_spec, method = self.model or settings.model, self.method or settings.method
+        steps = list(settings.server_steps if self.server_steps is None else self.server_steps)
         clients = list(range(len(data.clients))) if self.clients is None else list(self.clients)
         if max(clients) >= len(data.clients) or min(clients) < 0:
             raise ValueError(f"phase {self.name!r}: clients {clients} but the federation has clients 0..{len(data.clients) - 1}")
-        torch.manual_seed(derive_seed(fed.seed, purpose="model_init"))  # a phase starts like a run of its own
+        torch.manual_seed(derive_seed(settings.seed, purpose="model_init"))  # a phase starts like a run of its own
         model = model_spec.build(data.input_shape, data.num_classes)
         method.setup(model, len(clients))
         ctx.use(model_spec, method)
@@ -175,34 +134,33 @@ class Rounds(Phase):
             state.step_states = [s.init_state(weights, ctx) for s in steps]
         global_model = model_spec.build(data.input_shape, data.num_classes)
         global_model.load_state_dict(state.global_weights)
-        desc = fed.name if not self.prefix else f"{fed.name} {self.name}"
-        with progress.bar(rounds, desc, "round", initial=state.round, show=fed.progress) as bar:
+        desc = settings.name if not self.prefix else f"{settings.name} {self.name}"
+        with progress.bar(rounds, desc, "round", initial=state.round, show=settings.progress) as bar:
             for rnd in range(state.round + 1, rounds + 1):
                 done = self._round(ctx, rnd, rounds, clients, method, steps, global_model)
                 state.round, state.global_weights, state.server_state = rnd, done.weights, done.server_state
                 state.client_states.update(done.client_states)
                 state.step_states = done.step_states
-                ctx.commit(done.record, done.timing, checkpoint=rnd % fed.checkpoint_every == 0 or rnd == rounds)
+                ctx.commit(done.record, done.timing, checkpoint=rnd % settings.checkpoint_every == 0 or rnd == rounds)
                 if f"{self.prefix}acc_mean" in done.record:
                     bar.set_postfix(acc_mean=f"{done.record[f'{self.prefix}acc_mean']:.2f}")
                 bar.update(1)
-        state.outputs[self.name] = {"weights": state.global_weights}
+        ctx.publish(self.name, {"weights": state.global_weights})
 
     def _round(self, ctx: RunContext, rnd: int, rounds: int, clients: list[int], method: Method, steps: Sequence[ServerStep], global_model: torch.nn.Module) -> _Round:
-        fed, data, state = ctx.federation, ctx.data, ctx.state
+        settings, data, state = ctx.settings, ctx.data, ctx.state
         t0 = time.perf_counter()
-        sampled = [clients[i] for i in fed.sampling.sample(len(clients), fed.seed, rnd)]
+        sampled = [clients[i] for i in settings.sampling.sample(len(clients), settings.seed, rnd)]
         shared = method.broadcast(rnd, state.server_state)
         tasks = [
-            ClientTask(rnd, k, derive_seed(fed.seed, rnd, k, "client"), state.global_weights, method.broadcast_to(rnd, k, state.server_state, shared), state.client_states[k])
+            ClientTask(rnd, k, derive_seed(settings.seed, rnd, k, "client"), state.global_weights, method.broadcast_to(rnd, k, state.server_state, shared), state.client_states[k])
             for k in sampled
         ]
-        outcomes = fed.executor.run(tasks)
+        outcomes = ctx.executor.run(tasks)
         t_clients = time.perf_counter() - t0
-        results, failed, rejected = _usable(rnd, outcomes, fed.on_client_failure)
+        results, failed, rejected = _usable(rnd, outcomes, settings.on_client_failure)
 
-        model_spec = self.model or fed.model
-        server = ServerContext(rnd, fed.seed, results, len(clients), lambda: model_spec.build(data.input_shape, data.num_classes), fed.local.accelerator)
+        server = ctx.server_context(rnd, results, self.model, num_clients=len(clients))
         weights, server_state = method.aggregate(rnd, state.global_weights, results, state.server_state, ctx=server)
         update = method.server_update(server, weights, server_state)
         weights, step_states, step_metrics = run_server_steps(steps, server, update.weights, state.step_states)
@@ -210,32 +168,30 @@ class Rounds(Phase):
 
         n_total = sum(r.num_samples for r in results)
         record: dict[str, Any] = {
-            "round": rnd,
-            "clients": sampled,
-            "clients_failed": [f.client_id for f in failed],
-            "clients_rejected": rejected,
-            "train_loss": sum(r.train_loss * r.num_samples for r in results) / n_total,
-            "bytes_down": sum(method.bytes_down(t) for t in tasks),
-            "bytes_up": sum(method.bytes_up(r) for r in results),
-            "client_loss": {str(r.client_id): r.train_loss for r in results},
-            "client_steps": {str(r.client_id): r.num_steps for r in results},
-            **{f"server/{k}": v for k, v in {**update.metrics, **step_metrics}.items()},
+            records.ROUND: rnd,
+            records.CLIENTS: sampled,
+            records.CLIENTS_FAILED: [f.client_id for f in failed],
+            records.CLIENTS_REJECTED: rejected,
+            records.TRAIN_LOSS: sum(r.train_loss * r.num_samples for r in results) / n_total,
+            records.BYTES_DOWN: sum(method.bytes_down(t) for t in tasks),
+            records.BYTES_UP: sum(method.bytes_up(r) for r in results),
+            records.CLIENT_LOSS: {str(r.client_id): r.train_loss for r in results},
+            records.CLIENT_STEPS: {str(r.client_id): r.num_steps for r in results},
+            **{f"{records.SERVER_PREFIX}{k}": v for k, v in {**update.metrics, **step_metrics}.items()},
         }
         t_eval = time.perf_counter()
-        if rnd % fed.eval_every == 0 or rnd == rounds:
-            record.update(evaluate(global_model, data.test, data.num_classes, device=fed.eval_device))
+        if rnd % settings.eval_every == 0 or rnd == rounds:
+            record.update(evaluate(global_model, data.test, data.num_classes, device=settings.eval_device))
         now = time.perf_counter()
-        timing = {"round": rnd, "time/round_s": now - t0, "time/clients_s": t_clients, "time/eval_s": now - t_eval}
+        timing = {records.ROUND: rnd, records.ROUND_SECONDS: now - t0, records.CLIENTS_SECONDS: t_clients, records.EVAL_SECONDS: now - t_eval}
         if self.prefix:
-            record = {"round": rnd, "phase": self.name, **{f"{self.prefix}{k}": v for k, v in record.items() if k != "round"}}
-            timing = {"round": rnd, "phase": self.name, **{f"{self.prefix}{k}": v for k, v in timing.items() if k != "round"}}
+            record, timing = records.with_prefix(record, self.name, self.prefix), records.with_prefix(timing, self.name, self.prefix)
         return _Round(record, timing, clone_weights(global_model.state_dict()), update.state, {r.client_id: r.state for r in results}, step_states)
 
     def summary_records(self, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.prefix:
-            return [r for r in history if "phase" not in r]
-        n = len(self.prefix)
-        return [{k[n:] if k.startswith(self.prefix) else k: v for k, v in r.items()} for r in history if r.get("phase") == self.name]
+            return [r for r in history if records.PHASE not in r]
+        return [records.without_prefix(r, self.prefix) for r in history if r.get(records.PHASE) == self.name]
 
 
 def _usable(rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: str) -> tuple[list[ClientResult], list[ClientFailure], list[int]]:

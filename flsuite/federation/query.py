@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from flsuite.federation.task import Weights
+from flsuite.federation.task import ClientFailure, Weights
 from flsuite.federation.weights import num_bytes
 
 if TYPE_CHECKING:
     from flsuite.data.base import ClientData, FederatedData
-    from flsuite.federation.client import ClientEnvironment
-    from flsuite.federation.executors import ClientFailure
+    from flsuite.federation.local.client import ClientEnvironment
 
 
 class ClientQuery(abc.ABC):
@@ -77,7 +76,7 @@ def run_query(env: ClientEnvironment, task: QueryTask) -> QueryResult:
 def in_process(data: FederatedData) -> QueryRunner:
     """Answers model-free client queries in this process (a setup stage used outside a run, e.g. in tests)."""
 
-    def answer(tasks: Sequence[QueryTask]) -> list[QueryResult]:
+    def answer(tasks: Sequence[QueryTask]) -> list[QueryResult | ClientFailure]:
         if any(t.weights is not None for t in tasks):
             raise ValueError("in-process client queries cannot carry model weights; run them through an executor")
         with torch.no_grad():
@@ -114,8 +113,6 @@ def ask(
 
     Raises when a client fails: a one-shot exchange has no "drop" policy (its result shapes the whole run).
     """
-    from flsuite.federation.executors import ClientFailure
-
     broadcast = broadcast or {}
     tasks = [QueryTask(k, seed_of(k), query, broadcast, weights) for k in clients]
     outcomes = runner(tasks)

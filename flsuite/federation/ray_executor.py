@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from flsuite.federation.client import ClientEnvironment, run_client
 from flsuite.federation.executors import ClientFailure, Executor
+from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.query import QueryResult, QueryTask, run_query
 from flsuite.federation.task import ClientResult, ClientTask, State
 
@@ -220,7 +220,7 @@ class RayExecutor(Executor):
                     self._retry_or_fail(i, tasks[i], attempts[i], err, queue, outcomes, "worker died")
                 except ray.exceptions.RayError as err:
                     self._retry_or_fail(i, tasks[i], attempts[i], err, queue, outcomes, "raised")
-        return outcomes  # type: ignore[return-value]
+        return outcomes
 
     def _retry_or_fail(self, i, task, attempt, err, queue, outcomes, what) -> None:
         cause = getattr(err, "cause", None) or err

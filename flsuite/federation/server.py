@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import lightning as L
@@ -23,10 +23,14 @@ from torch import nn
 
 from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, Split
+from flsuite.federation.local.client import make_trainer
+from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.method import ClientModule, HyperParameters, Method
 from flsuite.federation.task import (
     ClientResult,
     ClientTask,
     LocalTraining,
+    ServerUpdate,
     State,
     Weights,
 )
@@ -34,16 +38,12 @@ from flsuite.federation.weights import clone_weights
 from flsuite.seeding import derive_seed, torch_generator
 
 if TYPE_CHECKING:
-    from flsuite.federation.phases import RunContext
+    from flsuite.federation.context import RunContext
 
+__all__ = ["PublicData", "ServerContext", "ServerFinetune", "ServerStep", "ServerUpdate", "run_server_steps"]
 
-@dataclass
-class ServerUpdate:
-    """What a server-side computation returns: new weights, its new state, metrics to log (`server/<name>/...`)."""
-
-    weights: Weights
-    state: State
-    metrics: dict[str, float] = field(default_factory=dict)
+#: The client id of the server's own supervised fits (`ServerContext.train`).
+SERVER = -1
 
 
 @dataclass
@@ -70,15 +70,20 @@ class ServerContext:
         model.load_state_dict(weights)
         return model
 
+    def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> ClientModule:
+        """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' lean loop
+        over `batches`, as `fit` (seeded from `purpose`). Returns the fit's module (`mean_loss`, `num_steps`)."""
+        client = ClientModule(model, HyperParameters(Method()), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
+        self.fit(LocalFit(client), batches, purpose=purpose)
+        return client
+
     def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
         """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream
         (dropout and other model-internal randomness), so serial and Ray runs train identically. A bar over its
         epochs shows it when the run shows progress (a callback only then: the fit itself is the same)."""
-        from flsuite.federation.client import make_trainer
-
         torch.manual_seed(self.seed_for(purpose))
         with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
-            callbacks = None if bar.disable else [_EpochTicks(bar)]
+            callbacks: list[L.Callback] | None = None if bar.disable else [_EpochTicks(bar)]
             make_trainer(LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks).fit(module, train_dataloaders=batches)
 
 
@@ -120,7 +125,7 @@ class ServerStep(abc.ABC):
 
     def prepare(self, run: RunContext) -> None:
         """Called at the start of every `Rounds` phase that uses the step (also on resume), e.g. to build server
-        data from `run.federation.seed`."""
+        data from `run.settings.seed`."""
 
     def init_state(self, global_weights: Weights, run: RunContext) -> State:
         """The step's state when its phase starts (checkpointed; not recomputed on resume). `run.query` may ask the
@@ -151,18 +156,15 @@ class ServerFinetune(ServerStep):
         self._split: Split | None = None
 
     def prepare(self, run: RunContext) -> None:
-        self._split = self.data.build(run.federation.seed)
+        self._split = self.data.build(run.settings.seed)
 
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
-        from flsuite.methods.base import ClientModule
-
         if ctx.round % self.every or self._split is None:
             return ServerUpdate(weights, state)
         local = LocalTraining(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=0.0)
         model = ctx.model(weights)
-        module = ClientModule(model, None, local, ClientTask(ctx.round, -1, ctx.seed_for(self.name), weights))  # type: ignore[arg-type]
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
-        ctx.fit(module, batches, purpose=self.name)
+        module = ctx.train(model, batches, local, purpose=self.name)
         return ServerUpdate(clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": module.mean_loss, "steps": module.num_steps})
 
 

@@ -1,8 +1,10 @@
-"""What travels between the server and a client in one round.
+"""The engine's messages: what travels between the server and a client in one round, and what a server-side
+computation returns.
 
 A `ClientTask` goes out (global weights, the method's broadcast extras, that client's persisted state); a
-`ClientResult` comes back (new weights, uploaded extras, the client's new state). Client state is plain data, so
-executors stay stateless and a checkpoint captures the whole federation.
+`ClientResult` comes back (new weights, uploaded extras, the client's new state), or a `ClientFailure` when every
+attempt failed. Client state is plain data, so executors stay stateless and a checkpoint captures the whole
+federation. `LocalTraining` says how every client trains; `ServerUpdate` is what the server's hooks return.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class LocalTraining:
         loop: "lean" (default): one `training_step` per epoch over pre-sliced in-memory batches with manual
             optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
             through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
-            the lean loop with its steps compiled (flsuite.federation.compiled): with plain SGD and a method without
+            the lean loop with its steps compiled (flsuite.federation.local.compiled): with plain SGD and a method without
             step hooks, each epoch's run of full batches is one compiled call (gradients and updates of all its
             steps), else one compiled forward-and-backward per batch; after a one-off compilation per process, the
             same training up to the last bits (not a bit-identical rerun of a lean run), for methods whose local
@@ -86,6 +88,11 @@ class LocalTraining:
         if self.precision != "32-true" and self.loop != "standard":
             raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean and compiled loops step the raw optimiser in 32-bit)")
 
+    @property
+    def sgd_momentum(self) -> float:
+        """The momentum μ of the local steps: `momentum` with SGD, 0 with Adam/AdamW (which ignore it)."""
+        return self.momentum if self.optimizer == "sgd" else 0.0
+
     def lr_at(self, round: int) -> float:
         """The local learning rate in `round`: lr · γ^(number of milestones ≤ round)."""
         passed = sum(1 for m in self.lr_milestones if m <= round)
@@ -124,3 +131,22 @@ class ClientResult:
     state: State = field(default_factory=dict)
     train_loss: float = float("nan")
     num_steps: int = 0
+
+
+@dataclass
+class ClientFailure:
+    """A client task that failed on every attempt."""
+
+    client_id: int
+    round: int
+    error: str
+    attempts: int
+
+
+@dataclass
+class ServerUpdate:
+    """What a server-side computation returns: new weights, its new state, metrics to log (`server/<name>/...`)."""
+
+    weights: Weights
+    state: State
+    metrics: dict[str, float] = field(default_factory=dict)

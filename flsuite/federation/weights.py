@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from flsuite.federation.task import Weights
+from flsuite.federation.task import ClientResult, Weights
 
 
 def clone_weights(weights: Mapping[str, torch.Tensor]) -> Weights:
@@ -37,6 +37,11 @@ def weighted_average(weights: Sequence[Mapping[str, torch.Tensor]], coefficients
             acc += w[name].to(torch.float64) * (float(c) / total)
         out[name] = acc.to(first.dtype)
     return out
+
+
+def sample_average(results: Sequence[ClientResult]) -> Weights:
+    """FedAvg's average of the clients' weights ∝ their sample counts (a method's buffers, whatever its weighting)."""
+    return weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])
 
 
 def num_bytes(obj: Any) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from flsuite.federation.method import Method
 from flsuite.federation.task import ClientResult
-from flsuite.methods.base import Method
 
 
 class FedAvg(Method):

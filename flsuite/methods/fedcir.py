@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol, TypeGuard
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext, ServerUpdate
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.generators import (
     Ensemble,
@@ -48,6 +48,32 @@ SIGMA_MIN = 1e-6  #: added to softplus for the encoder's σ (spec §7.7)
 SIGMA_G_MIN = 1e-3  #: floor of σ_g inside the KL (spec §1.3)
 
 
+class _Trunk(Protocol):
+    """A body whose `features(x)` [batch, width] is the representation: a contract model with its head stripped."""
+
+    def features(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def _has_features(body: nn.Module) -> TypeGuard[_Trunk]:
+    return callable(getattr(body, "features", None))
+
+
+class ProbabilisticModel(Protocol):
+    """What FedCiR's L_align and FedSR use of a model: `encode(x) -> (μ, σ)`, `sample(μ, σ) -> z` and the contract's
+    linear `head` (`ProbabilisticClassifier`, which `ProbabilisticEncoder` builds, has them)."""
+
+    @property
+    def head(self) -> nn.Linear: ...
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def sample(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor: ...
+
+
+def is_probabilistic(model: nn.Module) -> TypeGuard[ProbabilisticModel]:
+    return callable(getattr(model, "encode", None)) and callable(getattr(model, "sample", None)) and isinstance(getattr(model, "head", None), nn.Linear)
+
+
 class ProbabilisticClassifier(nn.Module):
     """body → Linear(width, 2d) → (μ, σ); `features` samples z = μ + σ ⊙ ε in training (stochastic) and is μ otherwise;
     `head` = Linear(d, C). `forward` = head(features) except in eval mode with `eval_samples` > 1: the log of the
@@ -63,7 +89,13 @@ class ProbabilisticClassifier(nn.Module):
         return self.fc
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.body.features(x) if self._contract_body else self.body(x)
+        body = self.body
+        if not self._contract_body:
+            h = body(x)
+        elif _has_features(body):
+            h = body.features(x)
+        else:
+            raise TypeError(f"{type(body).__name__} has no features(x): a contract body is a contract model without its head")
         mu, s = self.stats(h).chunk(2, dim=-1)
         return mu, F.softplus(s) + SIGMA_MIN
 
@@ -125,22 +157,25 @@ class ProbabilisticEncoder(ModelSpec):
         return ProbabilisticClassifier(body, width, self.dim, num_classes, self.stochastic, self.eval_samples, self.backbone is not None)
 
 
-def require_encoder(model: nn.Module, who: str) -> None:
-    if not callable(getattr(model, "encode", None)) or not callable(getattr(model, "sample", None)):
-        raise TypeError(f"{who} needs a probabilistic encoder (encode/sample): use model: flsuite.methods.fedcir.ProbabilisticEncoder, not {type(model).__name__}")
+def require_encoder(model: nn.Module, who: str) -> ProbabilisticModel:
+    """`model`, checked to be a probabilistic encoder (a clear error names the class that is not)."""
+    if not is_probabilistic(model):
+        raise TypeError(
+            f"{who} needs a probabilistic encoder (encode/sample and a linear head): use model: flsuite.methods.fedcir.ProbabilisticEncoder, "
+            f"not {type(model).__name__}"
+        )
+    return model
 
 
 class FedCiRClient(ClientModule):
     """CE on z = μ + σε, + λ_reg · CE of the local head on generator samples, + λ_align · KL to q(z|y)."""
 
-    method: FedCiR
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         b, m = self.task.broadcast, self.method
         head = check_contract(self.model).head
         # in a plain dict, so that Lightning does not see the frozen generator as a submodule
         self._frozen = {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
-        self._q = None
+        self._q: tuple[torch.Tensor, torch.Tensor] | None = None  # q(z|y): μ_g [C, d] and σ_g [C, d]
         if "mu_g" in b:
             require_encoder(self.model, "FedCiR's L_align")
             self._q = (b["mu_g"].to(self.device), b["sigma_g"].to(self.device).clamp_min(SIGMA_G_MIN))
@@ -150,11 +185,12 @@ class FedCiRClient(ClientModule):
         if self._q is None:
             loss = F.cross_entropy(self.model(x), y)
         else:
-            mu, sigma = self.model.encode(x)
-            loss = F.cross_entropy(self.model.head(self.model.sample(mu, sigma)), y)
+            model = require_encoder(self.model, "FedCiR's L_align")
+            mu, sigma = model.encode(x)
+            loss = F.cross_entropy(model.head(model.sample(mu, sigma)), y)
             loss = loss + m.lam_align * gaussian_kl(mu, sigma, self._q[0][y], self._q[1][y]).mean()
         if self._frozen:
-            head = self.model.head
+            head = check_contract(self.model).head
             y_gen = torch.randint(head.out_features, (len(y),), device=y.device)
             with torch.no_grad():
                 z_gen = self._frozen["gen"](y_gen, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))

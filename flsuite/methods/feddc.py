@@ -23,16 +23,16 @@ from collections.abc import Sequence
 
 import torch
 
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.federation.weights import weighted_average
-from flsuite.methods.base import ClientModule, Method
+from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps
 
 
 class FedDCClient(ClientModule):
     """CE + α/2‖θ − (w − h_k)‖² + ⟨θ, c − c_k⟩; updates h_k and c_k after local training."""
 
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         h: dict[str, torch.Tensor] = self.task.state.get("h", {})
         c_k: dict[str, torch.Tensor] = self.task.state.get("c_k", {})
         c: dict[str, torch.Tensor] = self.task.broadcast.get("c", {})
@@ -57,8 +57,8 @@ class FedDCClient(ClientModule):
             loss = loss + sum((p * self._correction[n]).sum() for n, p in params)
         return loss
 
-    def on_fit_end(self) -> None:
-        momentum = self.local.momentum if self.local.optimizer == "sgd" else 0.0
+    def end(self) -> None:
+        momentum = self.local.sgd_momentum
         scale = 1.0 / (effective_steps(max(self.num_steps, 1), momentum) * self.local.lr_at(self.task.round))
         params = dict(self.model.named_parameters())
         self._new_h, self._new_c_k, self._delta_c = {}, {}, {}
@@ -102,7 +102,7 @@ class FedDC(Method):
     def aggregate(
         self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
-        new = weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])  # buffers
+        new = sample_average(results)  # buffers
         m, num_clients = len(results), self.num_clients
         c, h = dict(server_state["c"]), dict(server_state["h"])
         for name in self.parameter_names:

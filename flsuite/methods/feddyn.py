@@ -17,17 +17,15 @@ from collections.abc import Sequence
 
 import torch
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 
 
 class FedDynClient(ClientModule):
     """CE − ⟨∇L_k, θ⟩ + α/2‖θ − θ_global‖²; keeps ∇L_k (named "grad") in the client state."""
 
-    method: FedDyn
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         grad: dict[str, torch.Tensor] = self.task.state.get("grad", {})
         self._anchor, self._grad = {}, {}
         for n, p in self.model.named_parameters():

@@ -43,22 +43,25 @@ from flsuite.federation.server import (
     ServerStep,
     ServerUpdate,
 )
-from flsuite.federation.task import ClientTask, LocalTraining, State, Weights
+from flsuite.federation.task import LocalTraining, State, Weights
 from flsuite.federation.weights import clone_weights
-from flsuite.methods.base import ClientModule
+from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
-    from flsuite.federation.phases import RunContext
+    from flsuite.federation.context import RunContext
 
 CHUNK = 1024  # rows per forward pass when averaging features or losses
 
 
 def mean_feature(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """mean_x f^l(W; x) in float64, computed in chunks (the model's `features`)."""
+    features = check_contract(model).features
     model.eval()
     with torch.no_grad():
-        total = sum(model.features(part).to(torch.float64).sum(0) for part in x.split(CHUNK))
+        total = sum(features(part).to(torch.float64).sum(0) for part in x.split(CHUNK))
+    if not isinstance(total, torch.Tensor):  # the sum's start, 0: no chunks
+        raise ValueError("mean_feature needs at least one row")
     return total / len(x)
 
 
@@ -113,7 +116,7 @@ class Guided(nn.Module):
         self.model, self.head = model, head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.model.features(x))
+        return self.head(check_contract(self.model).features(x))
 
 
 class FedEGG(ServerStep):
@@ -161,7 +164,7 @@ class FedEGG(ServerStep):
         self._local: LocalTraining | None = None
 
     def prepare(self, run: RunContext) -> None:
-        seed = run.federation.seed
+        seed = run.settings.seed
         self._split = self.data.build(seed)
         if len(self._split) == 0:
             raise ValueError("FedEGG: the guiding set (data) is empty")
@@ -169,12 +172,12 @@ class FedEGG(ServerStep):
         keep = n if self.eval_size is None else min(n, self.eval_size)
         rows = torch.from_numpy(numpy_rng(seed, purpose="fedegg/eval").choice(n, keep, replace=False)).sort().values
         self._eval = self._split if keep == n else self._split.subset(rows)
-        self._local = run.federation.local
+        self._local = run.settings.local
 
     # ---- Phase 1 ---------------------------------------------------------------------------------------------
     def init_state(self, global_weights: Weights, run: RunContext) -> State:
         assert self._split is not None and self._eval is not None
-        fed = run.federation
+        fed = run.settings
         model = fed.model.build(run.data.input_shape, run.data.num_classes)
         model.load_state_dict(global_weights)
         guide_mean = mean_feature(model, self._split.x)
@@ -198,7 +201,8 @@ class FedEGG(ServerStep):
 
     def _new_head(self, width: int, seed: int) -> nn.Linear:
         """The guiding head: nn.Linear's default uniform(±1/√width) initialisation, drawn from its own seeded stream."""
-        classes = self.num_classes or int(self._split.y.max()) + 1  # type: ignore[union-attr]
+        assert self._split is not None, "FedEGG.prepare builds the guiding set before init_state"
+        classes = self.num_classes or int(self._split.y.max()) + 1
         head = torch.nn.utils.skip_init(nn.Linear, width, classes)
         gen, bound = torch_generator(seed, purpose="server/fedegg/head"), 1.0 / math.sqrt(width)
         with torch.no_grad():
@@ -220,7 +224,7 @@ class FedEGG(ServerStep):
         loss_c = momentum_loss(state["loss_c"], [r.train_loss for r in ctx.results], self.beta)
         loss_g, tau = float(state["loss_g"]), float(state["tau"])
         ratio = llr(loss_c, loss_g)
-        guide = ratio < tau and not state["stopped"]
+        guide = gate_open(loss_c, loss_g, tau) and not state["stopped"]
         gamma = self.lr_scale * self._local.lr_at(ctx.round)
         new = {**state, "loss_c": loss_c, "stopped": bool(state["stopped"] or (self.latch and not guide))}
         if guide:
@@ -239,7 +243,7 @@ class FedEGG(ServerStep):
     def _fit(self, ctx: ServerContext, guided: Guided, gamma: float) -> None:
         """T_g plain-SGD steps of Eq. 7 at γ_t, as a seeded server-side Lightning fit."""
         local = LocalTraining(steps=self.steps, batch_size=self.batch_size, lr=gamma, momentum=0.0, weight_decay=0.0, accelerator=ctx.accelerator)
-        module = ClientModule(guided, None, local, ClientTask(ctx.round, -1, ctx.seed_for(self.name), {}))  # type: ignore[arg-type]
-        batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), steps=self.steps)  # type: ignore[arg-type]
-        ctx.fit(module, batches, purpose=self.name)
+        assert self._split is not None, "FedEGG.prepare builds the guiding set before the first step"
+        batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), steps=self.steps)
+        ctx.train(guided, batches, local, purpose=self.name)
         guided.cpu()

@@ -23,9 +23,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext, ServerUpdate
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.generators import GeneratorMethod, draw_noise, frozen_generator
 from flsuite.models.representation import check_contract
@@ -39,9 +39,7 @@ def decayed(value: float, decay: float, round: int) -> float:
 class FedGenClient(ClientModule):
     """CE + α_t · CE of the local head on generator samples + β_t · KL(generator-sample prediction ‖ prediction)."""
 
-    method: FedGen
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         b, m = self.task.broadcast, self.method
         head = check_contract(self.model).head
         self._frozen = {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
@@ -54,7 +52,7 @@ class FedGenClient(ClientModule):
         if m.active():
             self._counts += torch.bincount(y, minlength=len(self._counts))
         if self._frozen:
-            gen, head, r = self._frozen["gen"], self.model.head, self.task.round
+            gen, head, r = self._frozen["gen"], check_contract(self.model).head, self.task.round
             with torch.no_grad():
                 z_y = gen(y, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))
                 y_gen = torch.randint(head.out_features, (len(y),), device=y.device)

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import torch
 
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.federation.weights import weighted_average
-from flsuite.methods.base import ClientModule, Method
+from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps
 
 
@@ -30,7 +30,7 @@ class FedNovaClient(ClientModule):
     """Plain local training; uploads a_k (float64) besides the weights."""
 
     def upload(self) -> dict:
-        momentum = self.local.momentum if self.local.optimizer == "sgd" else 0.0
+        momentum = self.local.sgd_momentum
         return {"a": torch.tensor(effective_steps(max(self.num_steps, 1), momentum), dtype=torch.float64)}
 
 
@@ -42,7 +42,7 @@ class FedNova(Method):
     def aggregate(
         self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
-        new = weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])  # buffers
+        new = sample_average(results)  # buffers
         n = sum(r.num_samples for r in results)
         p = [r.num_samples / n for r in results]
         a = [float(r.upload["a"]) for r in results]

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from flsuite.methods.base import ClientModule
+from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import frozen_copy
 
@@ -36,9 +36,7 @@ def ntd_loss(logits: torch.Tensor, global_logits: torch.Tensor, y: torch.Tensor,
 class FedNTDClient(ClientModule):
     """CE + β · not-true distillation from the frozen global model."""
 
-    method: FedNTD
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._frozen = {"global": frozen_copy(self.model)}  # a plain dict: not a submodule Lightning would see
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, logits_as_representation
 
@@ -42,34 +42,38 @@ class LastEpochPrototypes(ClientModule):
 
     def _start_prototypes(self) -> None:
         self._use_logits = logits_as_representation(self.model)
-        self._sums: torch.Tensor | None = None
-        self._counts: torch.Tensor | None = None
+        # the last epoch's per-class sums [C, d] (float64) and counts [C], allocated at its first batch
+        self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _collect(self, z: torch.Tensor, y: torch.Tensor, num_classes: int) -> None:
-        if self.current_epoch != self.trainer.max_epochs - 1:
+        if self.epoch != self.epochs - 1:
             return
         with torch.no_grad():
             if self._sums is None:
-                self._sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device)
-                self._counts = torch.zeros(num_classes, dtype=torch.long, device=z.device)
-            self._sums.index_add_(0, y, z.detach().to(torch.float64))
-            self._counts += torch.bincount(y, minlength=num_classes)
+                self._sums = (
+                    torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
+                    torch.zeros(num_classes, dtype=torch.long, device=z.device),
+                )
+            sums, counts = self._sums
+            sums.index_add_(0, y, z.detach().to(torch.float64))
+            counts += torch.bincount(y, minlength=num_classes)
 
     def upload(self) -> dict:
         if self._sums is None:
             return {}
-        means = self._sums / self._counts.clamp(min=1)[:, None]
-        return {"protos": means.float().cpu(), "has": (self._counts > 0).cpu()}
+        sums, counts = self._sums
+        means = sums / counts.clamp(min=1)[:, None]
+        return {"protos": means.float().cpu(), "has": (counts > 0).cpu()}
 
 
 class FedProcClient(LastEpochPrototypes):
-    method: FedProc
+    """α_t · prototype-contrastive loss + (1 − α_t) · CE; uploads its last epoch's prototypes."""
 
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._start_prototypes()
         b = self.task.broadcast
-        self._protos = b["protos"].to(self.device) if "protos" in b else None
-        self._has = b["has"].to(self.device) if "protos" in b else None
+        # the global prototypes [C, d] and which classes have one [C], broadcast together (none in round 1)
+        self._protos: tuple[torch.Tensor, torch.Tensor] | None = (b["protos"].to(self.device), b["has"].to(self.device)) if "protos" in b else None
         self._alpha = float(b.get("alpha", 0.0))
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -78,7 +82,8 @@ class FedProcClient(LastEpochPrototypes):
         ce = F.cross_entropy(logits, y)
         if self._protos is None:
             return ce
-        pc = prototype_contrastive_loss(z, y, self._protos, self._has, self.method.tau)
+        protos, has = self._protos
+        pc = prototype_contrastive_loss(z, y, protos, has, self.method.tau)
         return self._alpha * pc + (1.0 - self._alpha) * ce
 
 

@@ -19,8 +19,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, logits_as_representation
 
@@ -28,36 +28,41 @@ from flsuite.models.representation import forward_with_representation, logits_as
 class FedProtoClient(ClientModule):
     """CE + λ · MSE to the global prototypes; accumulates its own per-class mean representations."""
 
-    method: FedProto
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._use_logits = logits_as_representation(self.model)
         protos = self.task.broadcast.get("protos")
-        self._protos = protos.to(self.device) if protos is not None else None
-        self._has = self.task.broadcast["has"].to(self.device) if protos is not None else None
-        self._sums: torch.Tensor | None = None
-        self._counts: torch.Tensor | None = None
+        # the global prototypes [C, d] and which classes have one [C], broadcast together (none in round 1)
+        self._protos: tuple[torch.Tensor, torch.Tensor] | None = (
+            (protos.to(self.device), self.task.broadcast["has"].to(self.device)) if protos is not None else None
+        )
+        # this fit's per-class sums [C, d] (float64) and counts [C], allocated at the first batch
+        self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         loss = F.cross_entropy(logits, y)
         if self._protos is not None:
-            mask = self._has[y]
+            protos, has = self._protos
+            mask = has[y]
             if bool(mask.any()):
-                loss = loss + self.method.lam * F.mse_loss(z[mask], self._protos[y[mask]])
+                loss = loss + self.method.lam * F.mse_loss(z[mask], protos[y[mask]])
         with torch.no_grad():
             if self._sums is None:
-                self._sums = torch.zeros(logits.shape[1], z.shape[1], dtype=torch.float64, device=z.device)
-                self._counts = torch.zeros(logits.shape[1], dtype=torch.long, device=z.device)
-            self._sums.index_add_(0, y, z.detach().to(torch.float64))
-            self._counts += torch.bincount(y, minlength=logits.shape[1])
+                self._sums = (
+                    torch.zeros(logits.shape[1], z.shape[1], dtype=torch.float64, device=z.device),
+                    torch.zeros(logits.shape[1], dtype=torch.long, device=z.device),
+                )
+            sums, counts = self._sums
+            sums.index_add_(0, y, z.detach().to(torch.float64))
+            counts += torch.bincount(y, minlength=logits.shape[1])
         return loss
 
     def upload(self) -> dict:
         if self._sums is None:
             return {}
-        means = self._sums / self._counts.clamp(min=1)[:, None]
-        return {"protos": means.float().cpu(), "counts": self._counts.cpu()}
+        sums, counts = self._sums
+        means = sums / counts.clamp(min=1)[:, None]
+        return {"protos": means.float().cpu(), "counts": counts.cpu()}
 
 
 class FedProto(FedAvg):

@@ -10,16 +10,14 @@ from typing import Literal
 
 import torch
 
-from flsuite.methods.base import ClientModule
+from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 
 
 class FedProxClient(ClientModule):
     """Cross-entropy plus μ/2‖w − w_global‖² over the trainable parameters."""
 
-    method: FedProx
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._anchor = {
             name: self.task.global_weights[name].detach().to(self.device, copy=True)
             for name, p in self.model.named_parameters()

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.methods.base import ClientModule
+from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import ProbabilisticEncoder, require_encoder
 from flsuite.methods.generators import gaussian_kl
@@ -34,22 +34,28 @@ class FedSRModel(ProbabilisticEncoder):
         return model
 
 
+def reference_gaussians(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`FedSRModel`'s `r_mu` [C, d], `r_sigma` [C, d] (before softplus) and `C` (a clear error without them)."""
+    r_mu, r_sigma, scale = getattr(model, "r_mu", None), getattr(model, "r_sigma", None), getattr(model, "C", None)
+    if not (isinstance(r_mu, torch.Tensor) and isinstance(r_sigma, torch.Tensor) and isinstance(scale, torch.Tensor)):
+        raise TypeError("FedSR's CMI term needs the reference Gaussians: use model: flsuite.methods.fedsr.FedSRModel")
+    return r_mu, r_sigma, scale
+
+
 def check_model(model: nn.Module, cmi: float) -> None:
     require_encoder(model, "FedSR")
-    if cmi > 0 and not all(hasattr(model, a) for a in ("r_mu", "r_sigma", "C")):
-        raise TypeError("FedSR's CMI term needs the reference Gaussians: use model: flsuite.methods.fedsr.FedSRModel")
+    if cmi > 0:
+        reference_gaussians(model)
 
 
 class FedSRClient(ClientModule):
     """CE + α_L2R · L2 norm of z + α_CMI · KL to the reference Gaussian of the label."""
 
-    method: FedSR
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         check_model(self.model, self.method.cmi)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        m, model = self.method, self.model
+        m, model = self.method, require_encoder(self.model, "FedSR")
         mu, sigma = model.encode(x)
         z = model.sample(mu, sigma)
         loss = F.cross_entropy(model.head(z), y)
@@ -57,8 +63,9 @@ class FedSRClient(ClientModule):
             norm = z.pow(2).sum(1) if m.l2_squared else z.norm(dim=1)
             loss = loss + m.l2r * norm.mean()
         if m.cmi > 0:
-            r_sigma = F.softplus(model.r_sigma)[y]
-            loss = loss + m.cmi * gaussian_kl(mu * model.C, sigma * model.C, model.r_mu[y], r_sigma).mean()
+            r_mu, r_sigma, scale = reference_gaussians(self.model)
+            sigma_r = F.softplus(r_sigma)[y]
+            loss = loss + m.cmi * gaussian_kl(mu * scale, sigma * scale, r_mu[y], sigma_r).mean()
         return loss
 
 

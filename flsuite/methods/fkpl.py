@@ -15,29 +15,7 @@ Stage II (§1.4–1.8, PCC): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads d
 
 Only U_m (Stage 0), expert weights (Stage I), prototypes and virtual features (Stage II) leave a client; every
 exchange is a client query or a round, so its bytes are counted by the engine (`query/fkpl/...`, per-round bytes).
-
-Decisions (spec row → choice; deviations marked):
-- §7.4 θ1: exact principal angle by default; thresholds need a scan on other preprocessing (paper's as first try).
-- §1.2 scikit-learn merges while the linkage distance is *below* the threshold (the spec says ≤; equal only on ties).
-- §1.2 X_m is the client's input as the federation sees it: raw flattened pixels in the image configs, the frozen
-  EfficientNet-Lite0 features in the CPU configs (deviation: the paper's SVD is on raw pixels; the CPU configs have
-  no pixels in memory, and their thresholds are chosen by the scan).
-- §1.3 Stage I is one FedAvg `Rounds` per cluster, run one after another, not one joint round over all clusters:
-  a one-cluster Stage I is then a plain FedAvg run by construction, and a kill resumes inside the expert it hit. Per
-  round, the clients of different clusters are not interleaved (the result is the same; wall time is summed).
-- §7.1 λ weights the feature (`lam_on: feature`); the official code's (1 − a)·f + a·proto with a ~ U(lo, hi) is
-  `lam_on: prototype` with (a, b) = (lo, hi). Default (a, b) = (0.5, 1.0). No Beta draw (not implemented).
-- §7.2 partner v uniform over every cluster that has class y (own included); `partner: other` excludes the client's
-  own cluster when another one has y.
-- §7.3 one virtual feature per sample per pass, `virtual_per_sample` passes; the server does not train on raw prototypes.
-- §1.4 encoders in eval mode; no feature normalisation.
-- §1.8 the head download is not counted by Table 9; the concatenated encoder is counted once per client
-  (`stage2/encoder_bytes_down`): the engine's query counters re-send F with the virtual-feature query because
-  simulated clients keep nothing between queries, so `query/fkpl/virtual/bytes_down` includes F a second time.
-- Controls (Tables 5–6): `head: federated` trains the head by FedAvg over all clients on frozen F (`head_rounds`
-  rounds, only the head travels); `assignment: single` puts every client in one cluster (one FedAvg encoder, then
-  PCC); `assignment: domains` uses the true domains (an oracle, ours).
-- §1.9 `personalized_heads`: one head per cluster on its clients' virtual features (ours; Fig. 6's numbers unknown).
+Every decision taken where the spec is open (spec row → choice, deviations marked): docs/fkpl.md "Decisions".
 """
 
 from __future__ import annotations

@@ -4,23 +4,24 @@ queries, the server head, the federated-head control, the per-stage cost (Tables
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import torch
 
 from flsuite.data.base import EpochBatches, Split
-from flsuite.federation.phases import Rounds, RunContext
+from flsuite.federation.context import RunContext
+from flsuite.federation.phases import Rounds
 from flsuite.federation.query import ClientQuery, QueryOutcome, QueryTask
 from flsuite.federation.server import ServerContext
-from flsuite.federation.task import ClientResult, ClientTask, LocalTraining, State, Weights
+from flsuite.federation.task import LocalTraining, State, Weights
 from flsuite.federation.weights import clone_weights, num_bytes, weighted_average
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl_model import ConcatExperts, encode, encoder_weights, head_keys
-from flsuite.methods.fkpl_stages import FKPLPhase, TrainExperts, scalars
+from flsuite.methods.fkpl_stages import FKPLPhase, scalars
 from flsuite.metrics import evaluate
 from flsuite.models.heads import Linear
+from flsuite.models.representation import check_contract
 
 
 # ---- client queries ---------------------------------------------------------------------------------------------
@@ -82,10 +83,7 @@ def fit_head(server: ServerContext, split: Split, num_classes: int, fkpl: Any, p
     local = LocalTraining(epochs=fkpl.head_epochs, batch_size=fkpl.head_batch_size, lr=fkpl.head_lr, momentum=fkpl.head_momentum, weight_decay=0.0, accelerator=server.accelerator)
     torch.manual_seed(server.seed_for(f"{purpose}/init"))
     model = Linear().build(tuple(split.x.shape[1:]), num_classes)
-    from flsuite.methods.base import ClientModule
-
-    module = ClientModule(model, None, local, ClientTask(0, -1, server.seed_for(purpose), {}))  # type: ignore[arg-type]
-    server.fit(module, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), purpose=purpose)
+    module = server.train(model, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), local, purpose)
     w = clone_weights(model.state_dict())
     return {"weight": w["1.weight"], "bias": w["1.bias"]}, module.mean_loss
 
@@ -98,11 +96,7 @@ class FederatedHead(FedAvg):
         trained = weighted_average([{n: r.weights[n] for n in self.parameter_names} for r in results], self.aggregation_coefficients(results))
         return {**global_weights, **trained}, server_state
 
-    def bytes_up(self, result: ClientResult) -> int:
-        return num_bytes({n: result.weights[n] for n in self.parameter_names}) + num_bytes(result.upload)
-
-    def bytes_down(self, task: ClientTask) -> int:
-        return num_bytes({n: task.global_weights[n] for n in self.parameter_names}) + num_bytes(task.broadcast)
+    weights_up = weights_down = "trainable"
 
 
 # ---- Stage II ----------------------------------------------------------------------------------------------------
@@ -111,24 +105,22 @@ class Calibrate(FKPLPhase):
     or the federated-head control; evaluates head ∘ F per domain and records the run's cost per stage."""
 
     def run(self, ctx: RunContext) -> None:
-        f, fed, data = self.fkpl, ctx.federation, ctx.data
-        labels = ctx.state.outputs[f.names[0]]["labels"]
+        f, settings, data = self.fkpl, ctx.settings, ctx.data
+        labels = ctx.outputs(f.names[0])["labels"]
         num = max(labels) + 1
-        experts = TrainExperts(f, f.names[1]).weights(ctx)
+        experts = ctx.outputs(f.names[1])["weights"]
         with torch.random.fork_rng(devices=[]):
-            dropped = head_keys(fed.model.build(data.input_shape, data.num_classes))
+            dropped = head_keys(settings.model.build(data.input_shape, data.num_classes))
         enc = encoder_weights(experts, dropped)
         cost = self.stage_costs(ctx, experts, enc)
         if f.head == "federated":
-            sub = Rounds(name=f"{self.name}/head", rounds=f.head_rounds, model=ConcatExperts(fed.model, num, enc), method=FederatedHead("samples"), server_steps=[], prefix="head/")
-            if sub.name not in ctx.state.outputs:
-                sub.run(ctx)
-                ctx.checkpoint()
+            sub = Rounds(name=f"{self.name}/head", rounds=f.head_rounds, model=ConcatExperts(settings.model, num, enc), method=FederatedHead("samples"), server_steps=[], prefix="head/")
+            ctx.run_nested(sub, current_key=(self.name, "current"))
             self.log_costs(ctx, cost)
             return
         if self.done(ctx):
             return
-        ctx.use(ConcatExperts(fed.model, num, with_head=False), FedAvg())
+        ctx.use(ConcatExperts(settings.model, num, with_head=False), FedAvg())
         protos = self.query_once(ctx, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
         bc = {"protos": protos["value"]["protos"], "has": protos["value"]["has"], "cluster": torch.tensor(labels)}
         query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample)
@@ -144,15 +136,15 @@ class Calibrate(FKPLPhase):
         virtual = self.query_once(ctx, "virtual", query, pool, broadcast=bc, weights=enc)
         vx, vy, vc = virtual["value"]["x"], virtual["value"]["y"], virtual["value"]["cluster"]
         t0 = time.perf_counter()
-        server = ServerContext(0, fed.seed, [], len(data.clients), lambda: None, fed.local.accelerator)  # type: ignore[arg-type,return-value]
+        server = ctx.server_context(0)
         head, loss = fit_head(server, Split(vx, vy), data.num_classes, f, purpose="fkpl/head")
         t_head = time.perf_counter() - t0
-        model = ConcatExperts(fed.model, num, enc).build(data.input_shape, data.num_classes)
-        model.head.load_state_dict(head)
-        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate(model, data.test, data.num_classes, device=fed.eval_device)}
+        model = ConcatExperts(settings.model, num, enc).build(data.input_shape, data.num_classes)
+        check_contract(model).head.load_state_dict(head)
+        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate(model, data.test, data.num_classes, device=settings.eval_device)}
         if f.personalized_heads:
             record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
-        ctx.state.outputs[self.name]["head"] = head
+        ctx.outputs(self.name)["head"] = head
         cost.update({
             "stage2/scalars_up/prototypes": int(protos["value"]["scalars_up"]),
             "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos["value"]["has"].sum()) * vx.shape[1],
@@ -191,11 +183,10 @@ class Calibrate(FKPLPhase):
 
     def stage_costs(self, ctx: RunContext, experts: list[Weights], enc: Weights) -> dict[str, Any]:
         """Tables 9–10 for Stages 0 and I from their records, and the encoder download (M·V·P_f, once per client)."""
-        hist, times = ctx.state.history, ctx.state.timings
-        s0 = next(r for r in hist if r.get("phase") == self.fkpl.names[0])
-        t0 = next(t for t in times if t.get("phase") == self.fkpl.names[0])
-        s1 = [r for r in hist if str(r.get("phase", "")).startswith(f"{self.fkpl.names[1]}/expert")]
-        t1 = [t for t in times if str(t.get("phase", "")).startswith(f"{self.fkpl.names[1]}/expert")]
+        s0, t0 = ctx.records(self.fkpl.names[0])[0], ctx.timings(self.fkpl.names[0])[0]
+        phases = ctx.outputs(self.fkpl.names[1])["phases"]
+        s1 = [r for p in phases for r in ctx.records(p)]
+        t1 = [t for p in phases for t in ctx.timings(p)]
 
         def total(rows, suffix):
             return sum(v for r in rows for k, v in r.items() if k.endswith(suffix) and isinstance(v, (int, float)))
@@ -217,13 +208,11 @@ class Calibrate(FKPLPhase):
 
     def log_costs(self, ctx: RunContext, cost: dict[str, Any]) -> None:
         """The per-stage costs into setup.json (merged with what is there) and the W&B summary."""
-        path = ctx.run_dir / "setup.json"
-        old = json.loads(path.read_text()) if path.is_file() else {}
-        ctx.tracker.log_setup({**old, **{f"fkpl/{k}": v for k, v in cost.items()}})
+        ctx.tracker.add_setup({f"fkpl/{k}": v for k, v in cost.items()})
 
     def summary_extras(self, state) -> dict[str, Any]:
         """Tables 9–10 in summary.json: the per-stage counts of this phase's record (wall times: timings.jsonl)."""
-        record = next((r for r in reversed(state.history) if r.get("phase") == self.name), {})
+        record: dict[str, Any] = next((r for r in reversed(state.history) if r.get("phase") == self.name), {})
         return {f"fkpl/{k}": v for k, v in record.items() if k.startswith(("stage0/", "stage1/", "stage2/"))}
 
     def summary_records(self, history) -> list[dict[str, Any]]:

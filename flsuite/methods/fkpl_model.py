@@ -52,7 +52,7 @@ class ConcatModel(nn.Module):
         return self
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([e.features(x) for e in self.experts], dim=1)
+        return torch.cat([check_contract(e).features(x) for e in self.experts], dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.head is None:
@@ -86,6 +86,8 @@ class ConcatExperts(ModelSpec):
 
 @torch.no_grad()
 def encode(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """F(x) in eval mode, in batches."""
+    """F(x) in eval mode, in batches (`model`: a `ConcatModel`, with or without its head)."""
+    if not isinstance(model, ConcatModel):
+        raise TypeError(f"FKPL encodes with the concatenated experts (ConcatExperts), got {type(model).__name__}")
     model.eval()
     return torch.cat([model.features(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]) if len(x) else x.new_zeros(0)

@@ -1,16 +1,14 @@
 """FKPL's Stage 0 (clustering) and Stage I (experts) phases and what every FKPL phase shares; Stage II is in
 `flsuite.methods.fkpl_calibrate`. The method, its options and the equations are in `flsuite.methods.fkpl`.
 
-Resume: a phase is finished when its record is in the history. Inside a phase, a client query's answer is kept in
-`outputs[<phase>]` and checkpointed as soon as the server has reduced it (prototypes, pooled virtual features), and the
-query's byte counters are rolled back if the run is interrupted before that, so a resumed run neither asks again nor
-counts twice. Stage I runs one `Rounds` per cluster, each checkpointed per round like any run; Stage II's head fit is
-recomputed from its derived seed.
+Resume: a phase is finished when its record is in the history. Inside a phase, a client query's answer is kept and
+checkpointed by the context as soon as the server has reduced it (`RunContext.query_once`: neither asked again nor
+counted twice). Stage I runs one `Rounds` per cluster as a nested phase (`RunContext.run_nested`), each checkpointed
+per round like any run; Stage II's head fit is recomputed from its derived seed.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
@@ -18,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from flsuite.federation.phases import Phase, Rounds, RunContext
+from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.query import ClientQuery, QueryOutcome
-from flsuite.federation.task import Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
 
 if TYPE_CHECKING:
+    from flsuite.federation.context import RunContext
     from flsuite.methods.fkpl import FKPL
 
 
@@ -40,32 +38,17 @@ def scalars(obj: Any) -> int:
 
 
 class FKPLPhase(Phase):
-    """Shared by the three phases: the method's settings, the phase's scratch outputs, once-only queries."""
+    """Shared by the three phases: the method's settings, whether the phase has committed its record, once-only
+    client queries."""
 
     def __init__(self, fkpl: FKPL, name: str) -> None:
         self.fkpl, self.name = fkpl, name
 
     def done(self, ctx: RunContext) -> bool:
-        return any(r.get("phase") == self.name for r in ctx.state.history)
+        return bool(ctx.records(self.name))
 
-    def scratch(self, ctx: RunContext) -> dict[str, Any]:
-        return ctx.state.outputs.setdefault(self.name, {})
-
-    def query_once(self, ctx: RunContext, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> Any:
-        """Ask the clients once: the reduced answer, its time and bytes are stored under `key` and checkpointed."""
-        scratch = self.scratch(ctx)
-        if key not in scratch:
-            before = copy.deepcopy(ctx.state.outputs.get("queries", {}))
-            t0 = time.perf_counter()
-            try:
-                outcome = ctx.query(query, **kwargs)
-                value = reduce(outcome)
-            except BaseException:
-                ctx.state.outputs["queries"] = before  # an unfinished exchange is not counted
-                raise
-            scratch[key] = {"value": value, "seconds": time.perf_counter() - t0, "bytes_up": outcome.bytes_up, "bytes_down": outcome.bytes_down}
-            ctx.checkpoint()
-        return scratch[key]
+    def query_once(self, ctx: RunContext, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> dict[str, Any]:
+        return ctx.query_once(self.name, key, query, reduce, **kwargs)
 
 
 # ---- Stage 0 -----------------------------------------------------------------------------------------------------
@@ -99,9 +82,9 @@ class ClusterClients(FKPLPhase):
         if angles is not None:
             result["angles"] = torch.tensor(angles)
             result["scan"] = threshold_scan(angles, domains, default_scan(angles, f.threshold))
-            plot_angles(angles, domains, labels, ctx.run_dir / "fkpl_angles.png")
-        ctx.state.outputs[self.name] = result
-        (ctx.run_dir / "fkpl_clusters.json").write_text(
+            plot_angles(angles, domains, labels, ctx.artifact("fkpl_angles.png"))
+        ctx.publish(self.name, result)
+        ctx.artifact("fkpl_clusters.json").write_text(
             json.dumps({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}, indent=1) + "\n"
         )
         record = {
@@ -128,16 +111,11 @@ class TrainExperts(FKPLPhase):
         return Rounds(name=f"{self.name}/expert{v}", rounds=self.fkpl.expert_rounds, clients=group, method=FedAvg("samples"), server_steps=[], prefix=f"expert{v}/")
 
     def run(self, ctx: RunContext) -> None:
-        state, scratch = ctx.state, self.scratch(ctx)
-        for v, group in enumerate(ctx.state.outputs[self.fkpl.names[0]]["clusters"]):
-            phase = self.expert(v, group)
-            if phase.name in state.outputs:
-                continue
-            if scratch.get("current") != v:  # a fresh expert (not one resumed mid-way)
-                state.round, state.global_weights, state.server_state, state.client_states, state.step_states = 0, {}, {}, {}, []
-                scratch["current"] = v
-            phase.run(ctx)
-            ctx.checkpoint()  # Rounds stores its outputs after its last checkpoint
+        experts = self.experts(ctx)
+        for phase in experts:
+            ctx.run_nested(phase, current_key=(self.name, "current"))
+        ctx.publish(self.name, {**ctx.outputs(self.name), "phases": [p.name for p in experts], "weights": [ctx.outputs(p.name)["weights"] for p in experts]})
 
-    def weights(self, ctx: RunContext) -> list[Weights]:
-        return [ctx.state.outputs[f"{self.name}/expert{v}"]["weights"] for v in range(len(ctx.state.outputs[self.fkpl.names[0]]["clusters"]))]
+    def experts(self, ctx: RunContext) -> list[Rounds]:
+        """One FedAvg phase per cluster of Stage 0."""
+        return [self.expert(v, group) for v, group in enumerate(ctx.outputs(self.fkpl.names[0])["clusters"])]

@@ -94,9 +94,9 @@ def fpl_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch
 
 
 class FPLClient(LastEpochPrototypes):
-    method: FPL
+    """CE + FPL's cluster and unbiased prototype loss; uploads its last epoch's prototypes."""
 
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._start_prototypes()
         b = self.task.broadcast
         self._p = {k: b[k].to(self.device) for k in ("protos", "mask", "unbiased")} if "protos" in b else None

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flsuite.data.base import EpochBatches, Split
+from flsuite.federation.method import Method
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import clone_weights
@@ -86,7 +87,7 @@ def ensemble_loss(z: torch.Tensor, y: torch.Tensor, heads: Sequence[tuple[torch.
         logp = torch.logsumexp(torch.log(a.clamp_min(1e-30)) + F.log_softmax(logits, -1).gather(-1, y.expand(len(heads), -1)[..., None])[..., 0], 0)
         return -logp.mean()
     if mode == "per_label":
-        ce = torch.stack([F.cross_entropy(l, y, reduction="none") for l in logits])  # [K, B]
+        ce = torch.stack([F.cross_entropy(client_logits, y, reduction="none") for client_logits in logits])  # [K, B]
         return (a * ce).sum(0).mean()
     raise ValueError(f"unknown generator ensemble {mode!r} (logits, mixture or per_label)")
 
@@ -125,7 +126,7 @@ class GeneratorFit(L.LightningModule):
         self._coef = self._coef.to(self.device)
 
     def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
-        opt = self.optimizers().optimizer
+        opt = self.trainer.optimizers[0]  # the torch optimiser of `configure_optimizers` (Lightning's wrapper holds the same)
         for eps, y in epoch_batches:
             eps, y = eps.to(self.device), y.to(self.device)
             opt.zero_grad(set_to_none=True)
@@ -148,19 +149,26 @@ def _cpu(tree: Any) -> Any:
     return tree
 
 
-class GeneratorMethod:
-    """Server side shared by FedCiR and FedGen (a mixin before `FedAvg`): the head's state-dict keys from the model
-    contract, the generator's training after FedAvg aggregation (`server_update`), its checkpointed state.
+class GeneratorMethod(Method):
+    """Server side shared by FedCiR and FedGen (a mixin before `FedAvg`, e.g. `FedGen(GeneratorMethod, FedAvg)`, so
+    that `super()` here is FedAvg's): the head's state-dict keys from the model contract, the generator's training
+    after FedAvg aggregation (`server_update`), its checkpointed state.
 
     Subclasses set `noise_dim`, `hidden`, `generator_steps`, `generator_batch`, `generator_lr`, `ensemble`,
     `diversity`, `noise` and implement `active()` (False: no generator at all, exactly FedAvg) and
     `ensemble_coefficients(results) -> [K, C]`."""
 
+    noise_dim: int
+    hidden: int
+    generator_steps: int
+    generator_batch: int
+    generator_lr: float
+    ensemble: Ensemble
     noise: Noise = "normal"
     diversity: float = 0.0
 
     def setup(self, model: nn.Module, num_clients: int) -> None:
-        super().setup(model, num_clients)  # type: ignore[misc]
+        super().setup(model, num_clients)
         head = check_contract(model).head
         names = {id(p): n for n, p in model.named_parameters()}
         if head.bias is None:

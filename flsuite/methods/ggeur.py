@@ -31,7 +31,7 @@ mode the p-dim prototypes of the other domains' classes. Both are counted in the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,15 +71,23 @@ def class_statistics(x: torch.Tensor) -> ClassStatistics:
     return ClassStatistics(x.shape[0], mean, centred.T @ centred / x.shape[0])
 
 
+def tensor_sum(terms: Iterable[torch.Tensor]) -> torch.Tensor:
+    """`sum(terms)` (0 + t₁ + t₂ + …), which is a tensor when there is at least one term."""
+    total = sum(terms)
+    if not isinstance(total, torch.Tensor):
+        raise ValueError("a sum of no tensors")
+    return total
+
+
 def pooled_covariance(stats: Sequence[ClassStatistics]) -> ClassStatistics:
     """Eq. 4: the global mean and covariance from the clients' (n, μ, Σ); equals the pooled data's covariance."""
     stats = [s for s in stats if s.count > 0]
     if not stats:
         raise ValueError("pooled_covariance needs at least one client with samples")
     total = sum(s.count for s in stats)
-    mean = sum(s.count * s.mean for s in stats) / total
-    within = sum(s.count * s.cov for s in stats)
-    between = sum(s.count * torch.outer(s.mean - mean, s.mean - mean) for s in stats)
+    mean = tensor_sum(s.count * s.mean for s in stats) / total
+    within = tensor_sum(s.count * s.cov for s in stats)
+    between = tensor_sum(s.count * torch.outer(s.mean - mean, s.mean - mean) for s in stats)
     return ClassStatistics(total, mean, (within + between) / total)
 
 
@@ -159,10 +167,10 @@ class GGEUR(SetupStage):
         labels: list[list[torch.Tensor]] = [[] for _ in data.clients]
         bytes_up = bytes_down = 0
         query = query or in_process(data)
-        clients = [client.client_id for client in data.clients]
+        client_ids = [client.client_id for client in data.clients]
         for c in progress.track(range(data.num_classes), "GGEUR", "class"):  # Eq. 4 and 5, class by class
             held = {client.client_id: client.train.x[client.train.y == c] for client in data.clients}
-            answers = ask(query, ClassStatisticsQuery(c), clients, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats"))
+            answers = ask(query, ClassStatisticsQuery(c), client_ids, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats"))
             bytes_up += answers.bytes_up
             stats = {cid: ClassStatistics(int(u["count"]), u["mean"], u["cov"]) for cid, u in answers.uploads().items() if u}
             if not stats:
@@ -194,7 +202,7 @@ class GGEUR(SetupStage):
         n_generated = sum(len(t) for parts in generated for t in parts)
         description = {**data.description, "ggeur": {"mode": "multi" if multi else "single", "generated": n_generated}}
         augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description)
-        metrics = {"bytes_up": bytes_up, "bytes_down": bytes_down, "generated": n_generated, "multi_domain": int(multi), "target_per_class": target}
+        metrics: dict[str, float | int] = {"bytes_up": bytes_up, "bytes_down": bytes_down, "generated": n_generated, "multi_domain": int(multi), "target_per_class": target}
         sent = f"{bytes_up / 2**20:,.1f} MiB up, {bytes_down / 2**20:,.1f} MiB down"
         return SetupResult(augmented, metrics, f"{n_generated:,} embeddings generated ({'multi' if multi else 'single'}-domain, T = {target}; {sent})")
 
@@ -221,4 +229,4 @@ def _domain_prototypes(data: FederatedData, stats: dict[int, ClassStatistics]) -
     by_domain: dict[str, list[ClassStatistics]] = {}
     for cid, s in stats.items():
         by_domain.setdefault(data.clients[cid].domain, []).append(s)
-    return {d: sum(s.count * s.mean for s in ss) / sum(s.count for s in ss) for d, ss in by_domain.items()}
+    return {d: tensor_sum(s.count * s.mean for s in ss) / sum(s.count for s in ss) for d, ss in by_domain.items()}

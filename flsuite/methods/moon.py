@@ -18,8 +18,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import State
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, frozen_copy, logits_as_representation
 
@@ -27,9 +27,7 @@ from flsuite.models.representation import forward_with_representation, frozen_co
 class MoonClient(ClientModule):
     """CE + μ · model-contrastive loss; keeps its trained weights (the next round's previous model) as state."""
 
-    method: MOON
-
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         self._use_logits = logits_as_representation(self.model)
         # in a plain dict, so that Lightning and the optimiser do not see them as submodules
         self._frozen = {"global": frozen_copy(self.model), "prev": frozen_copy(self.model)}  # global weights now

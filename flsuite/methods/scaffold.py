@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 import torch
 
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
-from flsuite.federation.weights import num_bytes, weighted_average
-from flsuite.methods.base import ClientModule, Method
+from flsuite.federation.weights import sample_average
 
 
 def effective_steps(steps: int, momentum: float) -> float:
@@ -42,7 +42,7 @@ def effective_steps(steps: int, momentum: float) -> float:
 class ScaffoldClient(ClientModule):
     """Adds (c − c_k) to each trainable parameter's gradient; computes c_k⁺ (option II) after local training."""
 
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
         server_c: dict[str, torch.Tensor] = self.task.broadcast.get("c", {})
         own_c: dict[str, torch.Tensor] = self.task.state.get("c_i", {})
@@ -56,7 +56,7 @@ class ScaffoldClient(ClientModule):
     def gradient_offset(self) -> dict[str, torch.Tensor]:
         return self._correction
 
-    def on_fit_end(self) -> None:
+    def end(self) -> None:
         scale = 1.0 / (self.steps_taken() * self.local.lr_at(self.task.round))
         delta_y, delta_c, new_c_i = {}, {}, {}
         for n, p in self.model.named_parameters():
@@ -74,7 +74,7 @@ class ScaffoldClient(ClientModule):
     def steps_taken(self) -> float:
         """K (textbook) or K_eff for SGD with momentum: the divisor of (x − y)/η_l in option II."""
         steps = max(self.num_steps, 1)
-        momentum = self.local.momentum if self.local.optimizer == "sgd" else 0.0
+        momentum = self.local.sgd_momentum
         return effective_steps(steps, momentum) if self.method.effective_steps else float(steps)
 
     def upload(self) -> dict:
@@ -111,18 +111,15 @@ class Scaffold(Method):
     def broadcast(self, round: int, server_state: State) -> dict:
         return {"c": server_state["c"]}
 
-    def bytes_up(self, result: ClientResult) -> int:
-        """Δy and Δc for every trainable parameter (2|θ|), plus the buffers averaged as FedAvg (e.g. BatchNorm
-        statistics); the full weights are not sent."""
-        delta_y = result.upload.get("delta_y", {})
-        buffers = {k: v for k, v in result.weights.items() if k not in delta_y and torch.is_floating_point(v)}
-        return num_bytes(result.upload) + num_bytes(buffers)
+    #: Up: Δy and Δc for every trainable parameter (2|θ|, the upload), plus the buffers averaged as FedAvg (e.g.
+    #: BatchNorm statistics); the full weights are not sent.
+    weights_up = "buffers"
 
     def aggregate(
         self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
     ) -> tuple[Weights, State]:
         # buffers (and anything without a control variate): FedAvg; parameters: x + η_g mean(Δy)
-        new = weighted_average([r.weights for r in results], [float(r.num_samples) for r in results])
+        new = sample_average(results)
         m = len(results)
         num_clients = self.num_clients
         c = dict(server_state["c"])

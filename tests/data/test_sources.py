@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from flsuite.data import sources
 from flsuite.data.sources import (
     DIGIT_CLASSES,
     FASHION_MNIST_CLASSES,

@@ -27,7 +27,7 @@ from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold, effective_steps
 from flsuite.models.heads import MLP, Linear
 from flsuite.models.representation import forward_with_representation, logits_as_representation
-from tests.helpers import head_federation
+from tests.helpers import head_federation, initial_weights
 
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:
@@ -140,7 +140,7 @@ def test_scaffold_control_variates_after_one_full_round(tmp_path):
         torch.testing.assert_close(c[name], torch.stack([ci[name] for ci in c_is]).mean(0), rtol=0, atol=1e-7)
     # c_i⁺ = (x − y)/(K η_l) from c = c_i = 0: one client by hand
     r = rec.results[0]
-    x = head_federation(tmp_path / "x")._initial_state(head_federation(tmp_path / "x").build_data()[0]).global_weights
+    x = initial_weights(head_federation(tmp_path / "x"))
     expected = (x["1.weight"] - r.weights["1.weight"]) / (r.num_steps * SGD.lr)
     torch.testing.assert_close(r.state["c_i"]["1.weight"], expected, rtol=0, atol=1e-6)
 
@@ -173,7 +173,7 @@ def test_scaffold_control_variates_with_momentum_use_effective_steps(tmp_path):
     for flag in (True, False):
         rec = Recording()
         fed = head_federation(tmp_path / str(flag), rounds=1, local=local, method=Scaffold(effective_steps=flag), executor=rec)
-        x = fed._initial_state(fed.build_data()[0]).global_weights
+        x = initial_weights(fed)
         fed.fit()
         r = rec.results[0]
         steps = effective_steps(r.num_steps, 0.9) if flag else r.num_steps
@@ -188,7 +188,7 @@ def test_feddyn_server_state_matches_hand_computation(tmp_path):
     rec = Recording()
     alpha = 0.5
     fed = head_federation(tmp_path, data=data, rounds=1, method=FedDyn(alpha=alpha), executor=rec)
-    x = fed._initial_state(fed.build_data()[0]).global_weights
+    x = initial_weights(fed)
     fed.fit()
     ckpt = load_checkpoint(tmp_path)
     w0, w1 = (r.weights for r in rec.results)
@@ -235,8 +235,7 @@ def test_scaffold_and_feddyn_beat_fedavg_under_client_drift(tmp_path):
 
 # ---- checkpoint/resume, composition, deeper models ------------------------------------------------------------
 def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
-    from flsuite.federation.loop import ClientSampling
-
+    from flsuite.federation.run import ClientSampling
     from tests.helpers import killed_and_resumed
 
     a, b = killed_and_resumed(tmp_path, 3, rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())

@@ -36,7 +36,7 @@ from flsuite.methods.fedegg import (
 )
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
-from tests.helpers import head_federation
+from tests.helpers import head_federation, initial_weights
 from tests.methods.test_baselines import Recording
 
 SGD = LocalTraining(epochs=1, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
@@ -161,13 +161,13 @@ def test_tau_is_eq3_of_the_clients_log_cosines_under_w0_and_its_bytes_are_counte
     state = load_checkpoint(tmp_path).step_states[0]
     data = f.data.build(f.seed)
     model = f.model.build(data.input_shape, data.num_classes)
-    model.load_state_dict(copy.deepcopy(f._initial_state(data).global_weights))
+    model.load_state_dict(copy.deepcopy(initial_weights(f, data)))
     g = mean_feature(model, guiding().build(f.seed).x).to(torch.float32)  # F travels in float32
     tau_k = [log2_cos(mean_feature(model, c.train.x), g) for c in data.clients]
     assert state["tau_k"] == pytest.approx(tau_k, abs=1e-12)
     assert state["tau"] == pytest.approx(2 * sum(tau_k) / 4 - 0.5, abs=1e-12) == pytest.approx(threshold(tau_k, 2.0, -0.5))
     assert summary["query/fedegg/tau/bytes_up"] == 4 * 8  # one float64 τ_k per client
-    assert summary["query/fedegg/tau/bytes_down"] == 4 * (16 * 4 + num_bytes(f._initial_state(data).global_weights))  # F and W₀
+    assert summary["query/fedegg/tau/bytes_down"] == 4 * (16 * 4 + num_bytes(initial_weights(f, data)))  # F and W₀
 
 
 def test_tau_increases_with_the_clients_cosine_similarity(tmp_path):

@@ -58,7 +58,7 @@ def test_fedsr_client_loss_matches_hand_computation():
         model.r_mu.normal_()
         model.C.fill_(1.5)
     client = FedSRClient(model, FedSR(l2r=0.2, cmi=0.3), LocalTraining(), ClientTask(1, 0, 0, {}))
-    client.on_fit_start()
+    client.begin()
     x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 0, 1])
     torch.manual_seed(4)
     loss = client.local_loss(x, y)
@@ -77,7 +77,7 @@ def test_fedsr_cmi_needs_the_reference_gaussians():
 
     client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(TypeError, match="FedSRModel"):
-        client.on_fit_start()
+        client.begin()
 
 
 def test_fedgen_client_loss_matches_hand_computation():
@@ -87,7 +87,7 @@ def test_fedgen_client_loss_matches_hand_computation():
     gen = build_generator(3, 8, 4, 16, seed=1).eval()
     method = FedGen(alpha=2.0, beta=3.0, decay=0.9, noise_dim=4, hidden=16)
     client = FedGenClient(model, method, LocalTraining(), ClientTask(3, 0, 0, {}, {"generator": gen.state_dict()}))
-    client.on_fit_start()
+    client.begin()
     x, y = torch.randn(5, 8), torch.tensor([0, 1, 2, 0, 0])
     torch.manual_seed(2)
     loss = client.local_loss(x, y)

@@ -17,7 +17,7 @@ from flsuite.methods.feddc import FedDC
 from flsuite.methods.fednova import FedNova
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.scaffold import effective_steps
-from tests.helpers import head_federation
+from tests.helpers import head_federation, initial_weights
 from tests.methods.test_baselines import Recording
 
 SGD = LocalTraining(epochs=2, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
@@ -30,10 +30,6 @@ class Uneven(DataSource):
         data = GaussianFeatures(dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=100, test_per_domain=60).build(seed)
         clients = [ClientData(k, c.domain, c.train.subset(range(20 + 25 * k))) for k, c in enumerate(data.clients)]
         return FederatedData(clients, data.test, data.num_classes)
-
-
-def initial_weights(fed):
-    return fed._initial_state(fed.data.build(fed.seed)).global_weights
 
 
 # ---- FedNova -----------------------------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from flsuite.data.augment import Augment, IndexBatches, client_batches
+from flsuite.data.augment import Augment
 from flsuite.data.base import ClientData, DataSource, EpochBatches, FederatedData, Split
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.local.batches import IndexBatches, client_batches
+from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import LocalTraining
-from flsuite.methods.base import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models import backbones
@@ -191,8 +193,8 @@ def test_standard_loop_gives_the_lean_loops_weights(tmp_path, monkeypatch, metho
     weights, losses and SCAFFOLD control variates (whose gradient correction runs in `before_optimizer_step`)."""
     extra = {} if method is None else {"method": method}
     standard_steps = []
-    step = ClientModule.standard_training_step
-    monkeypatch.setattr(ClientModule, "standard_training_step", lambda self, *a: standard_steps.append(1) or step(self, *a))
+    step = LocalFit.standard_training_step
+    monkeypatch.setattr(LocalFit, "standard_training_step", lambda self, *a: standard_steps.append(1) or step(self, *a))
     runs = {}
     for loop in ("lean", "standard"):
         local = LocalTraining(epochs=2, batch_size=8, lr=0.1, momentum=0.0, weight_decay=0.0, loop=loop)
@@ -222,6 +224,7 @@ class HookProbe(ClientModule):
     """Records the method hooks in call order; `before` notes whether the gradients exist yet."""
 
     events: ClassVar[list[str]] = []
+    step_hooks = True
 
     def local_loss(self, x, y):
         HookProbe.events.append("loss")

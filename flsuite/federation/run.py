@@ -1,13 +1,12 @@
 """The run: `Federation` holds an experiment's settings and runs it — the run folder, the tracker, the executor's
-lifetime, checkpoints and resume — as a protocol of phases (`flsuite.federation.phases`). The default protocol is
-setup stages, then rounds of the method (`Rounds`, where the round loop lives), so a config without `protocol:`
-runs exactly as before protocols existed. The run holds no method-specific code.
+lifetime, checkpoints and resume — as a protocol of phases (`flsuite.federation.phases`), each given a `RunContext`
+(`flsuite.federation.context`). The default protocol is setup stages, then rounds of the method (`Rounds`, where
+the round loop lives). The run holds no method-specific code.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -15,58 +14,38 @@ import torch
 from jsonargparse import lazy_instance
 
 from flsuite.data.base import DataSource, FederatedData
-from flsuite.federation.checkpoint import FederationState, load_checkpoint, resolve_checkpoint
-from flsuite.federation.client import ClientEnvironment
+from flsuite.federation.checkpoint import (
+    FederationState,
+    load_checkpoint,
+    resolve_checkpoint,
+    run_dir_of,
+)
+from flsuite.federation.context import RunContext, RunSettings
 from flsuite.federation.executors import Executor, SerialExecutor
-from flsuite.federation.phases import ClientFailedError, Phase, Rounds, RunContext
+from flsuite.federation.local.client import ClientEnvironment
+from flsuite.federation.method import HyperParameters, Method
+from flsuite.federation.phases import ClientFailedError, Phase, Rounds
+from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerStep, check_step_names
 from flsuite.federation.setup import SetupStage
 from flsuite.federation.task import LocalTraining
-from flsuite.federation.weights import clone_weights
 from flsuite.interrupts import RunInterrupted, note_run_dir
-from flsuite.methods.base import HyperParameters, Method
 from flsuite.metrics import domain_table, final_summary
 from flsuite.models.heads import ModelSpec
 from flsuite.progress import shown as progress_shown
-from flsuite.runfolder import check_resume_config, claim_run_dir, new_run_dir, previous_config, write_config
+from flsuite.runfolder import claim_run_dir, new_run_dir, write_config
 from flsuite.runtime import ThreadPolicy
-from flsuite.seeding import derive_seed, numpy_rng
-from flsuite.tracking import Tracker, WandbConfig, environment_info, run_labels, write_json
+from flsuite.tracking import (
+    Tracker,
+    WandbConfig,
+    environment_info,
+    run_labels,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ClientFailedError", "ClientSampling", "Federation"]
-
-@dataclass
-class ClientSampling:
-    """Which clients train in each round (a seeded draw per round, without replacement).
-
-    Args:
-        fraction: Fraction of all clients sampled per round (at least one); 1.0 = full participation.
-        per_round: Exact number of clients per round; overrides `fraction` when set.
-    """
-
-    fraction: float = 1.0
-    per_round: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 < self.fraction <= 1:
-            raise ValueError(f"sampling.fraction must be in (0, 1], got {self.fraction}")
-        if self.per_round is not None and self.per_round < 1:
-            raise ValueError(f"sampling.per_round must be >= 1, got {self.per_round}")
-
-    def sample(self, num_clients: int, seed: int, round: int) -> list[int]:
-        m = self.per_round if self.per_round is not None else max(1, round_half_up(self.fraction * num_clients))
-        if m > num_clients:
-            raise ValueError(f"sampling.per_round={m} but the federation has only {num_clients} clients")
-        if m == num_clients:
-            return list(range(num_clients))
-        rng = numpy_rng(seed, round, purpose="sampling")
-        return sorted(int(k) for k in rng.choice(num_clients, size=m, replace=False))
-
-
-def round_half_up(x: float) -> int:
-    return int(x + 0.5)
 
 
 class Federation:
@@ -137,7 +116,8 @@ class Federation:
             raise ValueError("checkpoint_every, eval_every and last_k must be >= 1")
         self.data, self.model, self.method = data, model, method if method is not None else Method()
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
-        self.setup, self.server_steps, self.protocol = list(setup or []), list(server_steps or []), list(protocol or self.method.protocol())
+        self.setup, self.server_steps = list(setup or []), list(server_steps or [])
+        self.protocol: list[Phase] = list(protocol or self.method.protocol() or [Rounds()])
         check_step_names(self.server_steps)
         if len({p.name for p in self.protocol}) != len(self.protocol):
             raise ValueError(f"protocol: phase names must be distinct, got {[p.name for p in self.protocol]}")
@@ -154,8 +134,7 @@ class Federation:
         """The run folder: the resumed run's, the configured one (refused if it holds a run), or a new uniquely named
         one, created here (see flsuite.runfolder)."""
         if resume is not None:
-            ckpt = resolve_checkpoint(resume)
-            return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+            return run_dir_of(resolve_checkpoint(resume))
         if self.run_dir is not None:
             return claim_run_dir(self.run_dir)
         return new_run_dir(self.output_dir, self.name, self.seed)
@@ -184,19 +163,14 @@ class Federation:
         return fed, metrics
 
     def _env(self, fed: FederatedData) -> ClientEnvironment:
-        return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seed)  # type: ignore[arg-type]
+        return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seed)
 
-    def _initial_state(self, fed: FederatedData) -> FederationState:
-        """The default protocol's state before round 1 (model initialised from the derived "model_init" stream)."""
-        torch.manual_seed(derive_seed(self.seed, purpose="model_init"))
-        model = self.model.build(fed.input_shape, fed.num_classes)
-        self.method.setup(model, len(fed.clients))
-        weights = clone_weights(model.state_dict())
-        return FederationState(
-            round=0,
-            global_weights=weights,
-            server_state=self.method.init_server_state(weights),
-            client_states={c.client_id: self.method.init_client_state(c.client_id, weights) for c in fed.clients},
+    def settings(self) -> RunSettings:
+        """What the phases read of this run."""
+        return RunSettings(
+            seed=self.seed, rounds=self.rounds, model=self.model, method=self.method, local=self.local, sampling=self.sampling,
+            server_steps=tuple(self.server_steps), on_client_failure=self.on_client_failure, checkpoint_every=self.checkpoint_every,
+            eval_every=self.eval_every, eval_device=self.eval_device, progress=self.progress, name=self.name,
         )
 
     def fit(self, resume: Path | None = None, config_yaml: str = "") -> dict[str, object]:
@@ -208,15 +182,13 @@ class Federation:
     def _fit(self, resume: Path | None, config_yaml: str) -> dict[str, object]:
         run_dir = self.resolve_run_dir(resume)
         loaded = load_checkpoint(resume) if resume is not None else None
-        if loaded is not None:  # before anything is built or written: a different experiment stops here
-            check_resume_config(previous_config(loaded.config_yaml, run_dir), config_yaml, resume)
         raw = self.data.build(self.seed)
         self.threads.apply(raw.input_shape)
         self.executor.start(self._env(raw))
         try:
             fed, setup_metrics = self._setup(raw, query=self.executor.query)
             state = FederationState.empty()
-            if resume is not None:
+            if resume is not None and loaded is not None:
                 state = self._resumed_state(resume, fed, loaded)
             run_dir.mkdir(parents=True, exist_ok=True)
             if config_yaml:
@@ -230,7 +202,7 @@ class Federation:
                     tracker.log_setup(setup_metrics)
                 if resume is not None:
                     tracker.rewrite_history(state.history, state.timings)
-                ctx = RunContext(self, fed, state, tracker, run_dir)
+                ctx = RunContext(self.settings(), fed, state, self.executor, tracker)
                 try:
                     for i, phase in enumerate(self.protocol):
                         if i < state.phase:
@@ -261,14 +233,16 @@ class Federation:
 
     def _resumed_state(self, resume: Path, fed: FederatedData, state: FederationState) -> FederationState:
         """The checkpointed state, after checking that it fits this config's model, clients and protocol."""
-        if state.phase == 0 and isinstance(self.protocol[0], Rounds) and self.protocol[0].model is None and self.protocol[0].clients is None:
-            fresh = self._initial_state(fed)
-            expected = {k: tuple(v.shape) for k, v in fresh.global_weights.items()}
+        first = self.protocol[0]
+        if state.phase == 0 and isinstance(first, Rounds) and first.model is None and first.clients is None:
+            with torch.random.fork_rng(devices=[]):
+                model = self.model.build(fed.input_shape, fed.num_classes)
+            expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
             found = {k: tuple(v.shape) for k, v in state.global_weights.items()}
             if expected != found:
                 raise ValueError(f"--resume {resume}: the checkpoint's model does not match this config's model")
-            if set(state.client_states) != set(fresh.client_states):
-                raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states)} clients, this config {len(fresh.client_states)}")
+            if set(state.client_states) != set(range(len(fed.clients))):
+                raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states)} clients, this config {len(fed.clients)}")
         if state.phase >= len(self.protocol):
             raise ValueError(f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(self.protocol)} phases")
         return state

@@ -138,7 +138,7 @@ def test_ggeur_refuses_pixels():
 
 def test_the_console_says_what_ggeur_did(tmp_path, caplog):
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
-    with caplog.at_level("INFO", logger="flsuite.federation.loop"):
+    with caplog.at_level("INFO", logger="flsuite.federation.run"):
         head_federation(tmp_path, data=data, rounds=1, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]).fit()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("GGEUR:")]
     assert len(lines) == 1 and lines[0].startswith(f"GGEUR: {2 * (3 * 50 + 3 * 20 - 30):,} embeddings generated (multi-domain, T = 50;")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from flsuite.federation.loop import ClientFailedError
+from flsuite.federation.method import ClientModule
 from flsuite.federation.ray_executor import RayExecutor
-from flsuite.methods.base import ClientModule
+from flsuite.federation.run import ClientFailedError
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
 from tests.helpers import ExplodingFedAvg, head_federation
@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     # workers import this test module (the test-only methods below) by name; RAY_USAGE_STATS_ENABLED=0 is conftest's
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -53,7 +53,7 @@ class Faulty(ClientModule):
     """Client `method.client` in round `method.round`: "once" raises on its first attempt, "exit" kills its worker
     process on its first attempt, "always" raises every time. "First" is marked by a file, seen by every worker."""
 
-    def on_fit_start(self) -> None:
+    def begin(self) -> None:
         m: FaultyFedAvg = self.method  # type: ignore[assignment]
         if self.task.client_id != m.client or self.task.round != m.round:
             return
@@ -128,7 +128,7 @@ def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
     from flsuite.federation.checkpoint import load_checkpoint
     from flsuite.federation.server import ServerFinetune
     from flsuite.methods.ggeur import GGEUR
-    from tests.test_protocol import public_data
+    from tests.federation.test_phases import public_data
 
     def run(path, executor):
         step = ServerFinetune(public_data(), epochs=1, lr=0.1)

@@ -1,63 +1,52 @@
 """`local.loop: compiled`: the lean loop with its steps compiled, a whole run of batches per call where it can.
 
-On a small head (Linear(1280, 10), batch 16, one CPU thread) an eager step is ~200-300 µs for ~1 MFLOP: the time is
-autograd's graph recording and engine start (~24 µs for any `backward()`, 4-11 per further node), one dispatch per
-kernel and torch.optim's per-tensor update, not arithmetic; a compiled call costs ~60 µs before any work. Here the
-method's own `local_loss` is differentiated once, at trace time (`torch.func.grad_and_value` over the trainable
+The method's own `local_loss` is differentiated once, at trace time (`torch.func.grad_and_value` over the trainable
 parameters), and compiled (`torch.compile`, inductor, `fullgraph=True`), in one of two forms:
 
-- **A run of batches per call** (`CompiledSteps`, where `scans_sgd` holds: torch's plain SGD and no method code
-  between two steps, i.e. the default `before_optimizer_step`/`after_optimizer_step`; a constant
-  `gradient_offset`, SCAFFOLD's correction, is folded into the steps). An epoch's consecutive full
-  batches are one `scan` (torch's loop operator, `torch._higher_order_ops.scan`) over `_sgd_steps`: gradient and SGD
-  update of every step in one graph, compiled once for every run length (the length is a dynamic dimension). The
-  fixed cost of a call is paid once per epoch instead of once per step.
-- **One call per batch** (`CompiledBackward`) otherwise (a method with step hooks, Adam/AdamW): each full
-  batch's forward and backward are one call, the gradients go to `.grad` for the method's hooks, and the update is
-  torch's fused SGD (`fused=True`) or the optimiser's own `step()`. Also where dynamo can capture the loss for one
-  batch but not inside a scan (boolean-mask indexing: a shape that depends on the data): the first scan fails to
-  compile, a warning says so, and that layout steps per batch for the rest of the process.
+- `CompiledSteps` where `scans_sgd` holds (torch's plain SGD, no step hooks; a constant `gradient_offset` is folded
+  in): an epoch's consecutive full batches are one `scan` over `_sgd_steps`, gradient and SGD update of every step
+  in one graph, compiled once for every run length.
+- `CompiledBackward` otherwise: each full batch's forward and backward are one call, the gradients go to `.grad`
+  for the method's hooks, and the update is torch's fused SGD or the optimiser's own `step()`.
 
-What stays the same as the lean loop: one Lightning fit per client, the same batches, the same update rule, the
-method's hooks wherever it has any (`before_optimizer_step` sees the gradients in `.grad`, as after `backward()`),
-the parameters, momentum buffers and `.grad` as the lean loop leaves them after each epoch. What differs: the last
-bits (inductor fuses and reorders the kernels), so a compiled run is a different seed-level sample of the same
-training, not a rerun of a lean one; two compiled runs on the same machine and thread count are the same to the bit.
-The loss must be a function of the parameters, the batch and state fixed for the fit (true of every method here):
-inside a scan, a Python value the loss reads is read once per run of batches.
-
-A parameter the loss does not reach keeps `.grad = None` as after `backward()` (so weight decay and momentum leave
-it alone): the first step of every fit runs eagerly (it also creates the momentum buffers, as in the lean loop) and
-records which parameters got a gradient; the compiled steps differentiate only those. A `local_loss` dynamo cannot
-capture in one graph (in-place updates of captured tensors, `.item()`, side effects on Python objects) fails at its
-first compiled step with an error that names the method and says to use `local.loop: lean`. Only full batches are
-compiled (static batch shapes; an epoch's smaller last batch, or a lone full batch between two smaller ones, runs
-eagerly); the graphs are kept per process (the first fit pays the compilation, seconds) and recompiled only when a
-method attribute the loss reads as a constant changes.
+The same training as the lean loop up to the last bits (inductor reorders kernels): the same batches, update rule
+and hooks; the fit's first step and smaller batches run eagerly. Decisions, costs and limits:
+docs/performance.md ("local.loop: compiled").
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import re
-import sys
-import types
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from flsuite.federation.sgd import is_wrapper_free_sgd
+from flsuite.federation.local.dynamo import (
+    CAPTURE_ERRORS,
+    Layout,
+    compiled_copy,
+    first_line,
+)
+from flsuite.federation.local.sgd import is_wrapper_free_sgd
+from flsuite.federation.local.steps import eager_backward, gradient_offset_pairs
 
-try:  # a prototype API of torch's (torch._higher_order_ops): without it every step is its own compiled call
-    from torch._higher_order_ops.scan import scan
-except ImportError:  # pragma: no cover - depends on the installed torch
-    scan = None
+
+def _torch_scan() -> Callable[..., Any] | None:
+    """torch's loop operator, a prototype API (torch._higher_order_ops): without it every step is its own call."""
+    try:
+        from torch._higher_order_ops.scan import scan
+    except ImportError:  # pragma: no cover - depends on the installed torch
+        return None
+    return scan
+
+
+scan = _torch_scan()
 
 if TYPE_CHECKING:
-    from flsuite.methods.base import ClientModule
+    from flsuite.federation.method import ClientModule
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +60,6 @@ class _LocalLoss(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.client.local_loss(x, y)
-
-
-#: What dynamo raises when it cannot capture a loss in one graph.
-_CAPTURE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 def _loss_grad_and_value(loss_module: _LocalLoss) -> Callable:
@@ -91,54 +76,12 @@ def _loss_and_grads(loss_module: _LocalLoss, params: dict[str, torch.Tensor], x:
     return value, grads
 
 
-Layout = tuple[type, tuple[tuple[str, torch.Size, torch.dtype, torch.device], ...]]
-
-
-class _DropNoCudaRuntime(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("No CUDA runtime is found")
-
-
-@functools.cache
-def _import_cpp_extension_quietly() -> None:
-    """Import `torch.utils.cpp_extension` before the process's first compilation, without its CUDA probe's warning.
-
-    Inductor's CPU code generation imports that module (`cpp_builder._get_torch_related_args`, the first time it
-    checks the CPU's vector ISA), and its import looks for a CUDA toolkit (`_find_cuda_home`): on a CUDA build of torch
-    with `nvcc` or `CUDA_HOME` on a machine without a usable GPU it logs "No CUDA runtime is found, using
-    CUDA_HOME=…" once per process, a warning about nothing the CPU compiled loop uses. The module is imported here once
-    with that one message filtered from that one logger (`torch.utils.cpp_extension`); the filter is removed right
-    after, so everything else the module logs, then or later, still reaches the user."""
-    if "torch.utils.cpp_extension" in sys.modules:
-        return
-    probe, quiet = logging.getLogger("torch.utils.cpp_extension"), _DropNoCudaRuntime()
-    probe.addFilter(quiet)
-    try:
-        import torch.utils.cpp_extension  # noqa: F401
-    finally:
-        probe.removeFilter(quiet)
-
-
-def _copy_of(fn: Callable, layout: Layout, count: int) -> Callable:
-    """`fn` compiled as its own function object and code object, named after the client class of `layout`.
-
-    Dynamo keeps its graphs (and counts recompilations against `torch._dynamo.config.recompile_limit`) per code
-    object, so each layout gets its own copy of the code: a process that runs several methods or models (a test
-    session, an in-process sweep) never exhausts one shared budget, and a fit reuses the graph of the earlier fits
-    of its kind."""
-    _import_cpp_extension_quietly()
-    name = f"{fn.__name__}_{layout[0].__name__}_{count}"
-    code = fn.__code__.replace(co_name=name, co_qualname=name)  # new code, same bytecode; dynamo's
-    copy = types.FunctionType(code, fn.__globals__, name)  # automatic-dynamic state is keyed by name too
-    return torch.compile(copy, fullgraph=True, dynamic=False)
-
-
 @functools.cache
 def compiled_loss_and_grads(layout: Layout) -> Callable:
     """`_loss_and_grads` compiled, one function per client class and parameter layout, kept for the process.
     Static shapes: only full batches are compiled (see CompiledBackward), so a layout needs one graph, plus one per
     value of a constant the loss reads (FedDC's correction switching on after round 1)."""
-    return _copy_of(_loss_and_grads, layout, compiled_loss_and_grads.cache_info().currsize)
+    return compiled_copy(_loss_and_grads, layout, compiled_loss_and_grads.cache_info().currsize)
 
 
 def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
@@ -172,6 +115,7 @@ def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers
         return (new_p, new_b, grads), value
 
     init = (params, buffers, {n: torch.zeros_like(w) for n, w in params.items()})
+    assert scan is not None, "only called where scans_sgd holds, which needs torch's scan"
     (params, buffers, grads), losses = scan(step, init, (xs, ys))
     return params, buffers, grads, losses
 
@@ -184,18 +128,14 @@ _UNSCANNED: set[Layout] = set()
 def compiled_sgd_steps(layout: Layout) -> Callable:
     """`_sgd_steps` compiled, one function per client class and parameter layout, kept for the process. The number
     of steps is a dynamic dimension (`mark_dynamic` on the stacked batches): one graph for every run length."""
-    return _copy_of(_sgd_steps, layout, compiled_sgd_steps.cache_info().currsize)
+    return compiled_copy(_sgd_steps, layout, compiled_sgd_steps.cache_info().currsize)
 
 
 def scans_sgd(client: ClientModule, optimizer: torch.optim.Optimizer) -> bool:
     """Whether a fit can run its runs of full batches as one scanned call each: the optimiser is torch's plain SGD
-    with nothing around its step (`is_wrapper_free_sgd`, one parameter group) and the method keeps the default
-    (empty) `before_optimizer_step` / `after_optimizer_step`, so there is nothing to call between two steps."""
-    from flsuite.methods.base import ClientModule
-
-    return (scan is not None and is_wrapper_free_sgd(optimizer) and len(optimizer.param_groups) == 1
-            and type(client).before_optimizer_step is ClientModule.before_optimizer_step
-            and type(client).after_optimizer_step is ClientModule.after_optimizer_step)
+    with nothing around its step (`is_wrapper_free_sgd`, one parameter group) and the method
+    declares no step hooks (`ClientModule.step_hooks`), so there is nothing to call between two steps."""
+    return scan is not None and is_wrapper_free_sgd(optimizer) and len(optimizer.param_groups) == 1 and not client.step_hooks
 
 
 def stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -247,7 +187,7 @@ class CompiledSteps:
                     continue
             # the first step, a smaller batch, or (scanning) a lone full batch: eager, as a graph of its own would
             # cost seconds of compilation for one step; without scanning, a full batch is one compiled call
-            backward = self.client.eager_backward if self.scanning else self.backward
+            backward = functools.partial(eager_backward, self.client) if self.scanning else self.backward
             losses.append(one_step(*batches[i], backward).reshape(1))
             i += 1
         return losses
@@ -264,16 +204,16 @@ class CompiledSteps:
         momentum = group["momentum"]
         params = {n: p.detach() for n, p in reached}
         buffers = {n: state[p]["momentum_buffer"] for n, p in reached} if momentum != 0 else {}
-        offset_of = dict(self.client.gradient_offset_pairs())
+        offset_of = dict(gradient_offset_pairs(self.client))
         offsets = {n: offset_of[p] for n, p in reached if p in offset_of}
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
             params, buffers, grads, losses = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
-        except _CAPTURE_ERRORS as e:
+        except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
             logger.warning("local.loop: compiled steps %s one batch per compiled call: its local_loss could not be "
-                           "scanned over a run of batches (%s: %s)", type(self.client).__name__, type(e).__name__, _first_line(e))
+                           "scanned over a run of batches (%s: %s)", type(self.client).__name__, type(e).__name__, first_line(e))
             return None
         with torch.no_grad():
             for n, p in reached:
@@ -296,9 +236,9 @@ class CompiledBackward:
         self.client = client
         self.loss_module = _LocalLoss(client)
         self.trainable = [(n, p) for n, p in self.loss_module.named_parameters() if p.requires_grad]
-        self.reached: list[tuple[str, nn.Parameter]] | None = None  # decided by the first (eager) step
+        self.reached: list[tuple[str, nn.Parameter]] = []  # decided by the first (eager) step
         self.compiled: Callable | None = None
-        self.layout: Layout | None = None
+        self.layout: Layout = (type(client), ())
         self.full_batch = client.local.batch_size
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -309,10 +249,10 @@ class CompiledBackward:
         params = {n: p.detach() for n, p in self.reached}
         try:
             loss, grads = self.compiled(self.loss_module, params, x, y)
-        except _CAPTURE_ERRORS as e:
+        except CAPTURE_ERRORS as e:
             raise RuntimeError(
                 f"local.loop: compiled could not compile {type(self.client).__name__}.local_loss into one graph "
-                f"({type(e).__name__}: {_first_line(e)}). Use local.loop: lean for this method."
+                f"({type(e).__name__}: {first_line(e)}). Use local.loop: lean for this method."
             ) from e
         for n, p in self.reached:
             p.grad = grads[n]
@@ -321,22 +261,10 @@ class CompiledBackward:
     def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The lean loop's step. The first one of a fit also records which parameters the loss reaches, and the
         optimiser creates its state (momentum buffers) in it exactly as in the lean loop."""
-        loss = self.client.eager_backward(x, y)
+        loss = eager_backward(self.client, x, y)
         if self.compiled is not None:
             return loss
         self.reached = [(n, p) for n, p in self.trainable if p.grad is not None]
         self.layout = (type(self.client), tuple((n, p.shape, p.dtype, p.device) for n, p in self.reached))
         self.compiled = compiled_loss_and_grads(self.layout)
         return loss
-
-
-def _first_line(error: Exception, limit: int = 400) -> str:
-    """The reason in dynamo's message: the operation that failed under fake tensors if it names one, else its first
-    line."""
-    text = str(error)
-    inner = re.search(r"got (\w+Error)\('(.+?)'\)", text, re.DOTALL)
-    if inner:
-        text = f"{inner.group(1)}: {inner.group(2)}"
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().endswith("raised:")]
-    text = lines[0] if lines else type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"

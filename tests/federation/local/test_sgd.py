@@ -1,4 +1,4 @@
-"""The lean loop's wrapper-free SGD step (flsuite.federation.sgd) gives `optimizer.step()`'s results to the bit."""
+"""The lean loop's wrapper-free SGD step (flsuite.federation.local.sgd) gives `optimizer.step()`'s results to the bit."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from flsuite.data.builtin import GaussianFeatures
-from flsuite.federation.client import ClientEnvironment, run_client
-from flsuite.federation.sgd import grad_clearer, is_wrapper_free_sgd, optimizer_step
+from flsuite.federation.local import loops
+from flsuite.federation.local.client import ClientEnvironment, run_client
+from flsuite.federation.local.sgd import grad_clearer, is_wrapper_free_sgd, optimizer_step
 from flsuite.federation.task import ClientTask, LocalTraining
-from flsuite.methods import base
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
@@ -32,8 +32,8 @@ def through_torch(monkeypatch):
     """Make the lean loop call `optimizer.zero_grad(set_to_none=True)` and `optimizer.step()` as before."""
 
     def use() -> None:
-        monkeypatch.setattr(base, "optimizer_step", torch_step)
-        monkeypatch.setattr(base, "grad_clearer", torch_zero_grad)
+        monkeypatch.setattr(loops, "optimizer_step", torch_step)
+        monkeypatch.setattr(loops, "grad_clearer", torch_zero_grad)
 
     return use
 

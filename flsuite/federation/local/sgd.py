@@ -1,22 +1,18 @@
 """The lean client loop's optimiser calls, without `torch.optim`'s per-call wrapper, in the same bits.
 
 `Optimizer.step()` and `zero_grad()` wrap their work in a profiler range, hook dispatch, a dynamo guard and a
-grad-mode switch. On a small head's step (Linear(1280, 10), batch 16, one CPU thread) that wrapper is ~35-40 µs of
-~200: step() ~33 µs against ~13 µs for its work (~69 against ~42 with momentum and weight decay), zero_grad() ~14
-µs against ~0.
+grad-mode switch, a large share of a small head's step (measured: docs/performance.md).
 
 - `optimizer_step(optimizer)` is `optimizer.step` unless the optimiser is a CPU `torch.optim.SGD` that step() would
-  run through torch's single-tensor SGD with nothing around it (no step hooks, no gradient scaler, not
-  differentiable, not fused or foreach). Then it is a function that calls torch's own functional SGD
-  (`torch.optim.sgd.sgd`, what `SGD.step` calls) with the arguments step() would pass, read from the param groups
-  and `optimizer.state` on every call (the group's current lr, momentum, ...), and stores the momentum buffers back
-  in `optimizer.state[p]["momentum_buffer"]` as step() does. Plain SGD, momentum, dampening, Nesterov, weight decay
-  and maximize are all torch's code, so the result is step()'s to the bit.
+  run through torch's single-tensor SGD with nothing around it (`is_wrapper_free_sgd`). Then it calls torch's own
+  functional SGD (`torch.optim.sgd.sgd`, what `SGD.step` calls) with the arguments step() would pass, read from the
+  param groups and `optimizer.state` on every call, and stores the momentum buffers back as step() does: the result
+  is step()'s to the bit.
 - `grad_clearer(optimizer)` sets each parameter's `.grad` to None, which is what `zero_grad(set_to_none=True)` does
   (unless the optimiser class overrides zero_grad).
 
-Both decide once, when called (the lean loop calls them once per epoch); what they return runs every batch. Cost of
-the shortcut: the steps no longer appear as `Optimizer.step#SGD.step` ranges in a torch.profiler trace.
+Both decide once, when called (once per epoch); what they return runs every batch. The steps no longer appear as
+`Optimizer.step#SGD.step` ranges in a torch.profiler trace.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Running one client's local training: one `Trainer.fit` of the method's `ClientModule`."""
+"""Running one client's local training: one `Trainer.fit` of a `LocalFit` over the method's `ClientModule`."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import lightning as L
@@ -12,10 +13,11 @@ import lightning.fabric.utilities.registry as lightning_registry
 import torch
 from torch import nn
 
-from flsuite.data.augment import client_batches
 from flsuite.data.base import FederatedData
+from flsuite.federation.local.batches import client_batches
+from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
-from flsuite.methods.base import Method
 from flsuite.models.heads import ModelSpec
 
 
@@ -25,7 +27,7 @@ class ClientEnvironment:
 
     data: FederatedData
     model: ModelSpec
-    method: Method
+    method: HyperParameters
     local: LocalTraining
     seed: int
 
@@ -45,23 +47,26 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*")  # lightning's pytree vs newer torch, per fit
 
 
+_cached_entry_points: Callable[..., tuple] | None = None
+
+
 def _scan_callback_entry_points_once() -> None:
-    """Every `Trainer.__init__` looks up Lightning's external-callback entry points, and
-    `importlib.metadata.entry_points` reads the metadata of every installed distribution to do it: ~5 ms of a tiny
-    client fit's ~9 ms on a 2-core machine with ~200 distributions. Client fits build one Trainer each, so the lookup's
-    result is kept for the process (Lightning's registry module gets a cached `entry_points`); the factories found are
-    still loaded and called for every Trainer, as Lightning does. A Lightning whose registry has no `entry_points` is
-    left alone. Not seen: a package installed into the environment while the process runs."""
+    """Every `Trainer.__init__` scans every installed distribution's metadata for Lightning's external-callback entry
+    points, most of a tiny client fit's fixed cost (docs/performance.md); client fits build one Trainer each, so the
+    lookup's result is kept for the process (Lightning's registry module gets a cached `entry_points`). The factories
+    found are still loaded and called for every Trainer; a Lightning whose registry has no `entry_points` is left
+    alone. Not seen: a package installed into the environment while the process runs."""
+    global _cached_entry_points
     current = getattr(lightning_registry, "entry_points", None)
-    if current is None or getattr(current, "flsuite_cached", False):
+    if current is None or current is _cached_entry_points:
         return
 
     @functools.cache
     def entry_points(**selection: str) -> tuple:
         return tuple(current(**selection))
 
-    entry_points.flsuite_cached = True
-    lightning_registry.entry_points = entry_points
+    _cached_entry_points = entry_points
+    vars(lightning_registry)["entry_points"] = entry_points
 
 
 def make_trainer(local: LocalTraining, max_epochs: int, callbacks: list[L.Callback] | None = None) -> L.Trainer:
@@ -94,9 +99,7 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     torch.manual_seed(task.seed)
     model = env.build_model()
     model.load_state_dict(task.global_weights)
-    module = env.method.client_module(model=model, method=env.method, local=env.local, task=task)
-    module.automatic_optimization = env.local.loop == "standard"  # the standard per-batch loop (ClientModule)
+    client = env.method.client_module(model=model, method=env.method, local=env.local, task=task)
     batches, epochs = client_batches(split, env.local, task.seed)
-    trainer = make_trainer(env.local, max_epochs=epochs)
-    trainer.fit(module, train_dataloaders=batches)
-    return module.result(num_samples=len(split))
+    make_trainer(env.local, max_epochs=epochs).fit(LocalFit(client), train_dataloaders=batches)
+    return client.result(num_samples=len(split))

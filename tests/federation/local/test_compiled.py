@@ -1,4 +1,4 @@
-"""`local.loop: compiled` (flsuite.federation.compiled): the lean loop's training with forward and backward compiled.
+"""`local.loop: compiled` (flsuite.federation.local.compiled): the lean loop's training with forward and backward compiled.
 
 Not the lean loop's bits (inductor fuses kernels, the update is torch's fused SGD), so the checks are closeness to the
 lean loop, determinism of its own, the lean loop's semantics where they are not about rounding (parameters the loss
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from flsuite.data.builtin import GaussianFeatures
-from flsuite.federation import compiled
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.client import ClientEnvironment, run_client
+from flsuite.federation.local import compiled
+from flsuite.federation.local.client import ClientEnvironment, run_client
+from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientTask, LocalTraining
-from flsuite.methods.base import ClientModule, HyperParameters
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedntd import FedNTD
 from flsuite.methods.fedproto import FedProto
@@ -94,6 +94,8 @@ def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(mo
 
 
 class ClippingClient(ClientModule):
+    step_hooks = True
+
     def before_optimizer_step(self) -> None:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=0.05)
 
@@ -151,7 +153,7 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
     tried = scanned_calls(monkeypatch)  # attempts, the failed one included
     monkeypatch.setattr(compiled, "_UNSCANNED", set())  # as in a new process
     lean = client_fits("lean", method=MaskIndexingMethod())
-    with caplog.at_level("WARNING", logger="flsuite.federation.compiled"):
+    with caplog.at_level("WARNING", logger="flsuite.federation.local.compiled"):
         fast = client_fits("compiled", method=MaskIndexingMethod())
     assert tried == [10]  # the first try; the second client does not scan
     warnings = [r.getMessage() for r in caplog.records if "could not be scanned" in r.getMessage()]

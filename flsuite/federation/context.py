@@ -1,0 +1,163 @@
+"""What a phase gets from its run (`RunContext`): the run's frozen settings, the data, the run state, and the
+engine's services — client queries, server contexts, what earlier phases published, nested phases, artifacts through
+the tracker, committing a step and checkpointing. A phase never assigns run state by hand."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flsuite import progress
+from flsuite.data.base import FederatedData
+from flsuite.federation.checkpoint import (
+    CHECKPOINT_NAME,
+    FederationState,
+    save_checkpoint,
+)
+from flsuite.federation.executors import Executor
+from flsuite.federation.local.client import ClientEnvironment
+from flsuite.federation.method import HyperParameters, Method
+from flsuite.federation.query import ClientQuery, QueryOutcome, ask
+from flsuite.federation.sampling import ClientSampling
+from flsuite.federation.server import ServerContext, ServerStep
+from flsuite.federation.task import ClientResult, LocalTraining, Weights
+from flsuite.models.heads import ModelSpec
+from flsuite.records import PHASE
+from flsuite.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from flsuite.federation.phases import Phase
+    from flsuite.tracking import Tracker
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run's settings that phases read (see `Federation` for each); frozen: a phase cannot change its run."""
+
+    seed: int
+    rounds: int
+    model: ModelSpec
+    method: Method
+    local: LocalTraining
+    sampling: ClientSampling
+    server_steps: tuple[ServerStep, ...]
+    on_client_failure: str
+    checkpoint_every: int
+    eval_every: int
+    eval_device: str
+    progress: bool
+    name: str
+
+
+@dataclass
+class RunContext:
+    """A run as its phases see it (see the module docstring)."""
+
+    settings: RunSettings
+    data: FederatedData
+    state: FederationState
+    executor: Executor
+    tracker: Tracker
+
+    @property
+    def run_dir(self) -> Path:
+        return self.tracker.run_dir
+
+    # ---- clients ---------------------------------------------------------------------------------------------
+    def use(self, model: ModelSpec, method: Method) -> None:
+        """Make the executor's clients work with `model` and a read-only snapshot of `method`."""
+        s = self.settings
+        self.executor.set_env(ClientEnvironment(self.data, model, HyperParameters(method), s.local, s.seed))
+
+    def query(self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None) -> QueryOutcome:
+        """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
+        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
+        A bar over the asked clients shows the exchange; the executor answers all of them in one call, so it moves
+        when they have answered."""
+        seed = self.settings.seed
+        clients = list(range(len(self.data.clients)) if clients is None else clients)
+        with progress.bar(len(clients), f"query {query.name}", "client", show=self.settings.progress) as bar:
+            outcome = ask(self.executor.query, query, clients, lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+            bar.update(len(clients))
+        totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
+        totals["calls"] += 1
+        totals["bytes_up"] += outcome.bytes_up
+        totals["bytes_down"] += outcome.bytes_down
+        return outcome
+
+    def query_once(self, owner: str, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> dict[str, Any]:
+        """`query` asked once per run: `reduce(outcome)`, its seconds and bytes are kept in `outputs[owner][key]` and
+        checkpointed, so a resumed run neither asks again nor counts twice; an exchange interrupted before it was
+        reduced is not counted. Returns {"value", "seconds", "bytes_up", "bytes_down"}."""
+        scratch = self.state.outputs.setdefault(owner, {})
+        if key not in scratch:
+            before = copy.deepcopy(self.state.outputs.get("queries", {}))
+            t0 = time.perf_counter()
+            try:
+                outcome = self.query(query, **kwargs)
+                value = reduce(outcome)
+            except BaseException:
+                self.state.outputs["queries"] = before
+                raise
+            scratch[key] = {"value": value, "seconds": time.perf_counter() - t0, "bytes_up": outcome.bytes_up, "bytes_down": outcome.bytes_down}
+            self.checkpoint()
+        return scratch[key]
+
+    # ---- the server ------------------------------------------------------------------------------------------
+    def server_context(self, round: int, results: Sequence[ClientResult] = (), model: ModelSpec | None = None, num_clients: int | None = None) -> ServerContext:
+        """The server's context in `round`: its random stream, the round's results, `model` (the run's by default)."""
+        spec, data = model or self.settings.model, self.data
+        return ServerContext(round, self.settings.seed, results, len(data.clients) if num_clients is None else num_clients,
+                             lambda: spec.build(data.input_shape, data.num_classes), self.settings.local.accelerator)
+
+    # ---- phases ----------------------------------------------------------------------------------------------
+    def publish(self, name: str, value: dict[str, Any]) -> None:
+        """Store what phase `name` produced (checkpointed with the run; read back with `outputs(name)`)."""
+        self.state.outputs[name] = value
+
+    def outputs(self, name: str) -> dict[str, Any]:
+        """What phase `name` published (KeyError naming the phase when it has not)."""
+        if name not in self.state.outputs:
+            raise KeyError(f"phase {name!r} has published nothing (yet): the phases run in protocol order")
+        return self.state.outputs[name]
+
+    def records(self, phase: str) -> list[dict[str, Any]]:
+        """The committed records of phase `phase`."""
+        return [r for r in self.state.history if r.get(PHASE) == phase]
+
+    def timings(self, phase: str) -> list[dict[str, Any]]:
+        return [t for t in self.state.timings if t.get(PHASE) == phase]
+
+    def run_nested(self, phase: Phase, current_key: tuple[str, str]) -> None:
+        """Run `phase` inside the phase in progress (FKPL's experts, its federated head) unless it has published its
+        outputs: a fresh start (`FederationState.restart_phase`) unless it is the one a resumed run was inside, which
+        `outputs[current_key[0]][current_key[1]]` records; checkpointed when it has finished."""
+        if phase.name in self.state.outputs:
+            return
+        owner, key = current_key
+        scratch = self.state.outputs.setdefault(owner, {})
+        if scratch.get(key) != phase.name:
+            self.state.restart_phase()
+            scratch[key] = phase.name
+        phase.run(self)
+        self.checkpoint()
+
+    # ---- the run folder --------------------------------------------------------------------------------------
+    def artifact(self, name: str) -> Path:
+        """Where a phase writes a file of its own into the run folder (through the tracker)."""
+        return self.tracker.artifact(name)
+
+    def commit(self, record: dict[str, Any], timing: dict[str, Any], checkpoint: bool) -> None:
+        """Append a finished step's record to the history and the run folder, and checkpoint if asked."""
+        self.state.history.append(record)
+        self.state.timings.append(timing)
+        self.tracker.log_round(record, timing)
+        if checkpoint:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.state, self.run_dir / "checkpoints" / CHECKPOINT_NAME)

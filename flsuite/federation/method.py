@@ -1,0 +1,228 @@
+"""The contract between the engine and every FL method: its two halves and the clients' view of it.
+
+- `Method` is the server side: it initialises server and client state, says what is broadcast with the global
+  weights, aggregates client results, and may train on the server after aggregation.
+- `ClientModule` is the client side: hooks called by the local loops (`flsuite.federation.local`) in one client's
+  fit. Methods change local training by overriding `local_loss` and the step hooks, and report back through
+  `upload` and `next_state`.
+- `HyperParameters`: the read-only snapshot of a method that clients see.
+
+The round loop (`flsuite.federation.phases.Rounds`) calls only these hooks, so it holds no method-specific code.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flsuite.federation.task import (
+    ClientResult,
+    ClientTask,
+    LocalTraining,
+    ServerUpdate,
+    State,
+    Weights,
+)
+from flsuite.federation.weights import num_bytes, weighted_average
+
+if TYPE_CHECKING:
+    from flsuite.federation.phases import Phase
+    from flsuite.federation.server import ServerContext
+
+Travel = Literal["all", "trainable", "buffers"]
+
+
+class ClientModule(nn.Module):
+    """One client's local training in one round, as hooks: the method's client side.
+
+    The loops that call them (`local.loop`: lean, standard, compiled; `flsuite.federation.local.loops`) run one
+    Lightning `Trainer.fit` per client. Per fit: `begin`, then per batch `local_loss → backward → + gradient_offset →
+    before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries `upload` and
+    `next_state`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
+    """
+
+    #: Whether `before_optimizer_step` / `after_optimizer_step` do anything: a subclass that overrides either must
+    #: say so (the compiled loop then calls them between the steps instead of scanning runs of batches).
+    step_hooks: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = [n for n in ("before_optimizer_step", "after_optimizer_step") if getattr(cls, n) is not getattr(ClientModule, n)]
+        if overridden and not cls.step_hooks:
+            raise TypeError(f"{cls.__name__} overrides {' and '.join(overridden)}: declare `step_hooks = True` on the class")
+
+    def __init__(self, model: nn.Module, method: HyperParameters, local: LocalTraining, task: ClientTask) -> None:
+        super().__init__()
+        self.model = model
+        self.method = method
+        self.local = local
+        self.task = task
+        self.device = next(model.parameters(), torch.empty(0)).device
+        self.epoch, self.epochs = 0, 1
+        self._loss_sum = torch.zeros((), dtype=torch.float64)
+        self.num_steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    # ---- hooks for methods -----------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Called when the fit starts, on its device (e.g. move the broadcast's tensors there)."""
+
+    def end(self) -> None:
+        """Called when the fit has finished its last step."""
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The local objective on one batch; FedAvg: cross-entropy."""
+        return F.cross_entropy(self.model(x), y)
+
+    def gradient_offset(self) -> dict[str, torch.Tensor]:
+        """A constant added to the gradient of each named parameter of `self.model` after every backward, before
+        `before_optimizer_step` (e.g. SCAFFOLD's correction c − c_k); empty (the default): none. Read at the start of
+        every epoch, so it must stay fixed for the fit. Unlike a hook, `local.loop: compiled` folds it into the
+        steps it compiles together."""
+        return {}
+
+    def before_optimizer_step(self) -> None:
+        """Called after backward (and `gradient_offset`), before the optimiser step (e.g. gradient clipping);
+        overriding it needs `step_hooks = True`."""
+
+    def after_optimizer_step(self) -> None:
+        """Called after each optimiser step; overriding it needs `step_hooks = True`."""
+
+    def upload(self) -> dict[str, Any]:
+        """Extras sent to the server besides the weights (e.g. prototypes, control-variate deltas)."""
+        return {}
+
+    def next_state(self) -> State:
+        """This client's state for its next round; by default unchanged."""
+        return self.task.state
+
+    @property
+    def mean_loss(self) -> float:
+        """The mean mini-batch loss of this fit so far (float64 sum over steps / steps)."""
+        return float(self._loss_sum) / max(self.num_steps, 1)
+
+    # ---- result ----------------------------------------------------------------------------------------------
+    def result(self, num_samples: int) -> ClientResult:
+        """Package the fit's outcome for the server (weights on the CPU)."""
+        weights: Weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        return ClientResult(
+            client_id=self.task.client_id,
+            num_samples=num_samples,
+            weights=weights,
+            upload=self.upload(),
+            state=self.next_state(),
+            train_loss=self.mean_loss,
+            num_steps=self.num_steps,
+        )
+
+
+class Method:
+    """Server side of an FL method. The defaults are FedAvg's: nothing extra is sent or kept, and weights are
+    averaged ∝ client sample count.
+
+    Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need. Hooks receive
+    state and return new state: the loop commits a round only when it has completed. Clients see the method through
+    `HyperParameters`, a read-only snapshot taken when the run starts, never the live server object.
+    """
+
+    client_module: ClassVar[type[ClientModule]] = ClientModule
+    #: Which weights travel each way besides the upload and broadcast (counted by `bytes_up`/`bytes_down`): "all"
+    #: (the state dict), "trainable" (the parameters of `parameter_names` only: FKPL's federated head), "buffers"
+    #: (the floating-point entries that are not trainable parameters, e.g. BatchNorm statistics: SCAFFOLD, whose
+    #: upload carries Δy in place of the parameters).
+    weights_up: ClassVar[Travel] = "all"
+    weights_down: ClassVar[Travel] = "all"
+    #: Set by `setup`: the number of clients this method trains over, and which state-dict entries are trainable
+    #: parameters (the others are buffers, e.g. BatchNorm statistics).
+    num_clients: int = 0
+    parameter_names: tuple[str, ...] = ()
+
+    def setup(self, model: nn.Module, num_clients: int) -> None:
+        """Called by the round loop once per run (and on resume) before any other hook."""
+        self.num_clients = num_clients
+        self.parameter_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
+
+    def protocol(self) -> list[Phase] | None:
+        """The phases this method runs when the config gives no `protocol:`; None (the default): rounds of this
+        method over every client (`Federation` resolves it to `[Rounds()]`). A multi-stage method (e.g. cluster,
+        train experts, calibrate a head) returns its own."""
+        return None
+
+    def init_server_state(self, global_weights: Weights) -> State:
+        """Server-side state kept across rounds (checkpointed)."""
+        return {}
+
+    def init_client_state(self, client_id: int, global_weights: Weights) -> State:
+        """A client's state before its first round (checkpointed)."""
+        return {}
+
+    def broadcast(self, round: int, server_state: State) -> dict[str, Any]:
+        """Extras sent to every sampled client along with the global weights."""
+        return {}
+
+    def broadcast_to(self, round: int, client_id: int, server_state: State, shared: dict[str, Any]) -> dict[str, Any]:
+        """What client `client_id` receives besides the global weights; by default the round's shared `broadcast`
+        (return `shared` itself when nothing is client-specific: executors then send it once)."""
+        return shared
+
+    def aggregation_coefficients(self, results: Sequence[ClientResult]) -> list[float]:
+        """Weights of the clients in the average: their sample counts."""
+        return [float(r.num_samples) for r in results]
+
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx: ServerContext | None = None
+    ) -> tuple[Weights, State]:
+        """New global weights and server state from this round's client results. `ctx` (given by the loop) offers
+        the server's derived random stream, server-side fits and the round's context (see `ServerContext`)."""
+        return weighted_average([r.weights for r in results], self.aggregation_coefficients(results)), server_state
+
+    def server_update(self, ctx: ServerContext, weights: Weights, server_state: State) -> ServerUpdate:
+        """Optional server-side training after aggregation: returns the new weights, state and metrics to log."""
+        return ServerUpdate(weights, server_state)
+
+    # ---- communication accounting ----------------------------------------------------------------------------
+    def travelling(self, weights: Weights, which: Travel) -> Weights:
+        """The entries of `weights` that travel under `which` (see `weights_up`)."""
+        if which == "all":
+            return weights
+        if which == "trainable":
+            return {n: weights[n] for n in self.parameter_names}
+        trained = set(self.parameter_names)
+        return {n: w for n, w in weights.items() if n not in trained and torch.is_floating_point(w)}
+
+    def bytes_down(self, task: ClientTask) -> int:
+        """Bytes the server sends to one client in a round: the global weights that travel down and its broadcast."""
+        return num_bytes(self.travelling(task.global_weights, self.weights_down)) + num_bytes(task.broadcast)
+
+    def bytes_up(self, result: ClientResult) -> int:
+        """Bytes one client sends back: the weights that travel up and its upload."""
+        return num_bytes(self.travelling(result.weights, self.weights_up)) + num_bytes(result.upload)
+
+
+class HyperParameters:
+    """A read-only snapshot of a method for clients: attribute reads go to a deep copy taken at run start, writes
+    fail. Serial and Ray clients therefore see the same values, whatever the server does to its own object."""
+
+    def __init__(self, method: Method) -> None:
+        object.__setattr__(self, "_method", copy.deepcopy(method))
+
+    def __getattr__(self, name: str) -> Any:  # only called for names not found on self, i.e. all but `_method`
+        if name == "_method":  # not set yet (unpickling before __setstate__)
+            raise AttributeError(name)
+        return getattr(self._method, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_method": self._method}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "_method", state["_method"])

@@ -1,0 +1,166 @@
+"""The package's shape (docs/architecture.md): layers import only downwards, no import cycles, no file over 300 lines,
+and every `class_path` a shipped config or a doc names still resolves."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "flsuite"
+MAX_LINES = 300
+#: The module docs/architecture.md's "how to add a method" asks a user to create (run by tests/test_add_a_method.py).
+EXAMPLE = "flsuite.methods.fedexample.FedExample"
+
+#: Layers, lowest first: a module may import its own layer and the ones below, never one above.
+LAYERS = [
+    ("bottom", ("seeding", "paths", "progress", "interrupts", "runtime", "records")),
+    ("data and models", ("data", "models")),
+    ("run services", ("metrics", "tracking", "runfolder")),
+    ("engine", ("federation",)),
+    ("methods", ("methods",)),
+    ("tools", ("cli", "sweep", "compare", "compare_report", "compare_stats")),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int:
+    if module == "flsuite":  # the package's __init__: its version only
+        return 0
+    top = module.split(".")[1]
+    for rank, (_, names) in enumerate(LAYERS):
+        if top in names:
+            return rank
+    return len(LAYERS)  # anything unlisted: above every layer (a new top-level module must be placed)
+
+
+def _resolve(target: str, known: dict[str, Path]) -> str | None:
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports(known: dict[str, Path]) -> dict[str, list[tuple[str, bool]]]:
+    """module → [(imported flsuite module, whether only under TYPE_CHECKING)], from the code's own import statements."""
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = _type_checking_lines(tree)
+        found: list[tuple[str, bool]] = []
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            for target in targets:
+                if target.startswith("flsuite"):
+                    resolved = _resolve(target, known)
+                    if resolved and resolved != name:
+                        found.append((resolved, node.lineno in typing_only))
+        out[name] = found
+    return out
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    known = modules()
+    upward = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0] if layer_of(t) < len(LAYERS) else 'top'})"
+        for m, targets in imports(known).items()
+        for t, _ in targets
+        if layer_of(t) > layer_of(m)
+    ]
+    assert upward == []
+
+
+def test_models_never_import_data_and_the_engine_never_imports_methods():
+    graph = imports(modules())
+    assert [(m, t) for m, ts in graph.items() if m.startswith("flsuite.models") for t, _ in ts if t.startswith("flsuite.data")] == []
+    assert [(m, t) for m, ts in graph.items() if m.startswith("flsuite.federation") for t, _ in ts if t.startswith("flsuite.methods")] == []
+    assert [(m, t) for m, ts in graph.items() if m.startswith("flsuite.data") for t, _ in ts if t.startswith("flsuite.federation")] == []
+    assert [(m, t) for m, ts in graph.items() if layer_of(m) < layer_of("flsuite.cli") for t, _ in ts if t == "flsuite.cli"] == []
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """A cycle in `graph` (as the modules along it, first repeated at the end), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": ["b"], "b": [], "c": ["a", "b"]}) is None
+
+
+def test_no_import_cycles():
+    """Runtime imports only (module-level and inside functions); an import under `if TYPE_CHECKING:` never runs."""
+    graph = {m: sorted({t for t, typing_only in ts if not typing_only}) for m, ts in imports(modules()).items()}
+    graph = {m: [t for t in ts if not m.startswith(f"{t}.")] for m, ts in graph.items()}  # a package's own __init__
+    assert find_cycle(graph) is None
+
+
+def test_no_file_in_the_package_is_over_300_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def class_paths() -> set[str]:
+    """Every dotted `class_path` in the shipped configs, the docs and the README."""
+    found: set[str] = set()
+    texts = [p.read_text() for p in [*ROOT.glob("configs/**/*.yaml"), *ROOT.glob("docs/**/*.md"), ROOT / "README.md"]]
+    for text in texts:
+        found.update(re.findall(r"class_path:\s*[\"']?(flsuite\.[\w.]+)", text))
+    return found - {EXAMPLE}
+
+
+def test_every_class_path_in_configs_and_docs_resolves():
+    paths = class_paths()
+    assert len(paths) > 30  # the configs name the methods, data sources, partitions, encoders, phases, steps
+    broken = []
+    for path in sorted(paths):
+        module, _, name = path.rpartition(".")
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            broken.append(f"{path}: {err}")
+    assert broken == []
