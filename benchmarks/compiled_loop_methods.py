@@ -42,9 +42,18 @@ from tests.helpers import head_federation  # noqa: E402
 
 MLP6 = MLP(hidden=(6,))
 CASES = {  # name: (method factory, model)
-    "FedAvg": (FedAvg, MLP6), "FedProx": (FedProx, MLP6), "SCAFFOLD": (Scaffold, MLP6), "FedDyn": (FedDyn, MLP6),
-    "FedDC": (FedDC, MLP6), "FedNova": (FedNova, MLP6), "MOON": (MOON, MLP6), "FedNTD": (FedNTD, MLP6),
-    "FedProto": (FedProto, MLP6), "FedProc": (FedProc, MLP6), "FPL": (FPL, MLP6), "FedGen": (FedGen, MLP6),
+    "FedAvg": (FedAvg, MLP6),
+    "FedProx": (FedProx, MLP6),
+    "SCAFFOLD": (Scaffold, MLP6),
+    "FedDyn": (FedDyn, MLP6),
+    "FedDC": (FedDC, MLP6),
+    "FedNova": (FedNova, MLP6),
+    "MOON": (MOON, MLP6),
+    "FedNTD": (FedNTD, MLP6),
+    "FedProto": (FedProto, MLP6),
+    "FedProc": (FedProc, MLP6),
+    "FPL": (FPL, MLP6),
+    "FedGen": (FedGen, MLP6),
     "FedSR": (FedSR, FedSRModel(hidden=[16], dim=8)),
     "FedCiR": (lambda: FedCiR(lam_reg=0.5, lam_align=1e-3), ProbabilisticEncoder(hidden=[16], dim=8)),
 }

@@ -105,8 +105,14 @@ def run_child(args, threads: str | None, beside: bool) -> dict:
         rival = subprocess.Popen([sys.executable, __file__, "--_competitor"], env=env)
         time.sleep(2.0)  # let it import torch and start computing
     try:
-        out = subprocess.run([sys.executable, __file__, "--_round", "--clients", str(args.clients), "--samples", str(args.samples)],
-                             env=env, capture_output=True, text=True, check=True, timeout=args.timeout)
+        out = subprocess.run(
+            [sys.executable, __file__, "--_round", "--clients", str(args.clients), "--samples", str(args.samples)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=args.timeout,
+        )
     except subprocess.TimeoutExpired:  # a collapsed run: report it as slower than the limit
         return {"seconds": float("inf"), "threads": int(threads or 0)}
     finally:
@@ -118,8 +124,13 @@ def run_child(args, threads: str | None, beside: bool) -> dict:
 
 def policy_part(args) -> None:
     cores = len(os.sched_getaffinity(0))
-    cases = {"alone (default)": (None, False), "alone, 1 thread": ("1", False), f"alone, {cores} threads": (str(cores), False),
-             "beside (default)": (None, True), f"beside, {cores} threads": (str(cores), True)}
+    cases = {
+        "alone (default)": (None, False),
+        "alone, 1 thread": ("1", False),
+        f"alone, {cores} threads": (str(cores), False),
+        "beside (default)": (None, True),
+        f"beside, {cores} threads": (str(cores), True),
+    }
     times: dict[str, list[float]] = {k: [] for k in cases}
     threads: dict[str, int] = {}
     for rep in range(args.reps):
@@ -130,8 +141,10 @@ def policy_part(args) -> None:
             print(f"  rep {rep}: {name:<20} {r['seconds']:7.2f} s ({r['threads']} threads), load {os.getloadavg()[0]:.1f}", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     steps = args.clients * EPOCHS * -(-args.samples // BATCH)
-    print(f"\nPart 1: one round, {args.clients} clients x {args.samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at batch "
-          f"{BATCH} ({steps} steps), {cores} cores, median of {args.reps}; load average at the end: {os.getloadavg()[0]:.1f}")
+    print(
+        f"\nPart 1: one round, {args.clients} clients x {args.samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at batch "
+        f"{BATCH} ({steps} steps), {cores} cores, median of {args.reps}; load average at the end: {os.getloadavg()[0]:.1f}"
+    )
     print("| case | threads | round (s) |\n|---|---|---|")
     for k in cases:
         print(f"| {k} | {threads[k]} | {med[k]:.2f} |")
@@ -214,9 +227,13 @@ def fedavg_part(args) -> None:
     ThreadPolicy().apply(fed.input_shape)
     env, compiled = client_env(fed), client_env(fed, loop="compiled")
     weights = env.build_model().state_dict()
-    runners = {"flsuite (run_client)": lambda: flsuite_round(env, weights),
-               "flsuite, local.loop: compiled": lambda: flsuite_round(compiled, weights), "hand-written autograd": lambda: autograd_loop(env, weights),
-               "autograd floor": lambda: autograd_floor_loop(env, weights), "closed-form gradient": lambda: closed_form_loop(env, weights)}
+    runners = {
+        "flsuite (run_client)": lambda: flsuite_round(env, weights),
+        "flsuite, local.loop: compiled": lambda: flsuite_round(compiled, weights),
+        "hand-written autograd": lambda: autograd_loop(env, weights),
+        "autograd floor": lambda: autograd_floor_loop(env, weights),
+        "closed-form gradient": lambda: closed_form_loop(env, weights),
+    }
     for fn in runners.values():  # warm-up; the compiled loop compiles here (once per process)
         fn()
     times: dict[str, list[float]] = {k: [] for k in runners}
@@ -227,16 +244,22 @@ def fedavg_part(args) -> None:
             times[name].append(time.perf_counter() - start)
     med = {k: statistics.median(v) for k, v in times.items()}
     steps = 3 * EPOCHS * -(-args.fedavg_samples // BATCH)
-    print(f"\nPart 2: FedAvg clients on cached features, 3 x {args.fedavg_samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at "
-          f"batch {BATCH} ({steps} steps), {torch.get_num_threads()} thread, median of {args.reps * 2}")
+    print(
+        f"\nPart 2: FedAvg clients on cached features, 3 x {args.fedavg_samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at "
+        f"batch {BATCH} ({steps} steps), {torch.get_num_threads()} thread, median of {args.reps * 2}"
+    )
     print("| loop | round (s) | per step (us) | / closed form |\n|---|---|---|---|")
     for k in runners:
         print(f"| {k} | {med[k]:.3f} | {1e6 * med[k] / steps:.0f} | {med[k] / med['closed-form gradient']:.2f} |")
     flsuite, closed = med["flsuite (run_client)"], med["closed-form gradient"]
-    print(f"\nflsuite / closed form {flsuite / closed:.2f} (target <= 1.5), / hand-written autograd "
-          f"{flsuite / med['hand-written autograd']:.2f}, / autograd floor {flsuite / med['autograd floor']:.2f}")
-    print(f"flsuite with local.loop: compiled / closed form {med['flsuite, local.loop: compiled'] / closed:.2f} (target <= 1.5), "
-          f"/ flsuite lean {med['flsuite, local.loop: compiled'] / flsuite:.2f}")
+    print(
+        f"\nflsuite / closed form {flsuite / closed:.2f} (target <= 1.5), / hand-written autograd "
+        f"{flsuite / med['hand-written autograd']:.2f}, / autograd floor {flsuite / med['autograd floor']:.2f}"
+    )
+    print(
+        f"flsuite with local.loop: compiled / closed form {med['flsuite, local.loop: compiled'] / closed:.2f} (target <= 1.5), "
+        f"/ flsuite lean {med['flsuite, local.loop: compiled'] / flsuite:.2f}"
+    )
 
 
 def main() -> None:

@@ -29,16 +29,29 @@ def lockstep_round(fed, weights, grad) -> None:
     k = len(fed.clients)
     w, b = weights["1.weight"].expand(k, -1, -1).clone(), weights["1.bias"].expand(k, -1).clone()
     buffers: list = [None, None]
-    streams = [EpochBatches(c.train, cpu_policy.BATCH, torch_generator(100 + i, purpose="batches"), epochs=cpu_policy.EPOCHS)
-               for i, c in enumerate(fed.clients)]
+    streams = [
+        EpochBatches(c.train, cpu_policy.BATCH, torch_generator(100 + i, purpose="batches"), epochs=cpu_policy.EPOCHS) for i, c in enumerate(fed.clients)
+    ]
     for _ in range(cpu_policy.EPOCHS):
         epochs = [s.epoch() for s in streams]
         for step in range(len(epochs[0])):
             x, y = torch.stack([e[step][0] for e in epochs]), torch.stack([e[step][1] for e in epochs])
             gw, gb = grad(w, b, x, y)
             with torch.no_grad():
-                functional_sgd([w, b], [gw, gb], buffers, weight_decay=1e-5, momentum=0.9, lr=0.01, dampening=0.0, nesterov=False,
-                               maximize=False, foreach=False, fused=True, has_sparse_grad=False)
+                functional_sgd(
+                    [w, b],
+                    [gw, gb],
+                    buffers,
+                    weight_decay=1e-5,
+                    momentum=0.9,
+                    lr=0.01,
+                    dampening=0.0,
+                    nesterov=False,
+                    maximize=False,
+                    foreach=False,
+                    fused=True,
+                    has_sparse_grad=False,
+                )
 
 
 def main() -> None:
@@ -58,8 +71,10 @@ def main() -> None:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(k, -1).mean(1).sum()
 
         grad = torch.compile(torch.func.grad(summed_loss, argnums=(0, 1)), fullgraph=True, dynamic=False)
-        runs = {"lockstep": lambda fed=fed, weights=weights, grad=grad: lockstep_round(fed, weights, grad),
-                "closed form": lambda env=env, weights=weights: cpu_policy.closed_form_loop(env, weights)}
+        runs = {
+            "lockstep": lambda fed=fed, weights=weights, grad=grad: lockstep_round(fed, weights, grad),
+            "closed form": lambda env=env, weights=weights: cpu_policy.closed_form_loop(env, weights),
+        }
         times: dict[str, list[float]] = {name: [] for name in runs}
         for fn in runs.values():
             fn()  # compile, warm up

@@ -61,8 +61,10 @@ def report(title: str, serial: dict, ray_: dict) -> None:
     print(f"  {'':8s} {'round_s':>9s} {'clients_s':>10s} {'clients_s(r>=2)':>16s} {'start+end_s':>12s} {'wall_s':>8s}")
     for name, r in (("serial", serial), ("ray", ray_)):
         print(f"  {name:8s} {r['round']:9.3f} {r['clients']:10.3f} {r['clients_after_1']:16.3f} {r['outside_rounds']:12.2f} {r['wall']:8.2f}")
-    print(f"  speed-up serial/ray: round {serial['round'] / ray_['round']:.2f}x, clients {serial['clients'] / ray_['clients']:.2f}x, "
-          f"clients (rounds>=2) {serial['clients_after_1'] / ray_['clients_after_1']:.2f}x")
+    print(
+        f"  speed-up serial/ray: round {serial['round'] / ray_['round']:.2f}x, clients {serial['clients'] / ray_['clients']:.2f}x, "
+        f"clients (rounds>=2) {serial['clients_after_1'] / ray_['clients_after_1']:.2f}x"
+    )
     print(f"  identical metrics.jsonl: {serial['metrics'] == ray_['metrics']}")
 
 
@@ -81,17 +83,20 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
 
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-    print(f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, 1 thread each; "
-          f"load average: {os.getloadavg()}")
+    print(f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, 1 thread each; load average: {os.getloadavg()}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            cnn = None if args.skip_cnn else dict(
-                data=UCIDigitsDomains(clients_per_domain=2),
-                model=SmallCNN(),
-                rounds=args.rounds,
-                seed=0,
-                local=LocalTraining(epochs=args.epochs, batch_size=16, lr=0.05),
+            cnn = (
+                None
+                if args.skip_cnn
+                else dict(
+                    data=UCIDigitsDomains(clients_per_domain=2),
+                    model=SmallCNN(),
+                    rounds=args.rounds,
+                    seed=0,
+                    local=LocalTraining(epochs=args.epochs, batch_size=16, lr=0.05),
+                )
             )
             if cnn is not None:
                 serial = run("cnn_serial", SerialExecutor(), work, **cnn)
@@ -112,8 +117,11 @@ def main() -> None:
             for rep in range(args.reps):
                 serial = run(f"head_serial{rep}", SerialExecutor(), work, **head)
                 ray_ = run(f"head_ray{rep}", RayExecutor(torch_threads=1), work, **head)
-                report(f"(b) overhead, rep {rep + 1}: 4 clients × linear head on GaussianFeatures, {args.overhead_rounds} rounds, "
-                       "serial with 1 torch thread", serial, ray_)
+                report(
+                    f"(b) overhead, rep {rep + 1}: 4 clients × linear head on GaussianFeatures, {args.overhead_rounds} rounds, serial with 1 torch thread",
+                    serial,
+                    ray_,
+                )
                 ratios.append(ray_["round"] / serial["round"])
             torch.set_num_threads(default_threads)
             print(f"  ray/serial round time per rep: {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f} (target <= 1.20)")

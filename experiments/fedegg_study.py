@@ -129,7 +129,9 @@ def levels(seeds: list[int]) -> str:
     for level, overlay in LEVELS.items():
         dirs = [run("table" if level == "LH" else "levels", "dir0.1", f"FedAvg + {level}", [overlay], s) for s in seeds]
         logs = [fedegg_log(d) for d in dirs]
-        lines.append(f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | {mean_std([float(g) for _, g in logs])} |")
+        lines.append(
+            f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | {mean_std([float(g) for _, g in logs])} |"
+        )
     return "\n".join(lines)
 
 
@@ -166,8 +168,14 @@ def convergence(seeds: list[int], out: Path) -> None:
             ax.fill_between(rounds, loss.min(0), loss.max(0), color=colour, alpha=0.2)
             if overlay:
                 guided = np.array([[bool(r["server/fedegg/gate"]) for r in h] for h in hists]).sum(0)
-                ax.vlines([r for r, n in zip(rounds, guided) if n], 0.0, [0.02 * (1 + n / len(seeds)) for n in guided if n],
-                          color=colour, lw=0.8, label="guiding ran (height: seeds)")
+                ax.vlines(
+                    [r for r, n in zip(rounds, guided) if n],
+                    0.0,
+                    [0.02 * (1 + n / len(seeds)) for n in guided if n],
+                    color=colour,
+                    lw=0.8,
+                    label="guiding ran (height: seeds)",
+                )
         ax.set_title(f"MNIST {setting.replace('dir', 'Dir(')}), {len(seeds)} seed(s): mean, min-max shaded")
         ax.set_xlabel("round")
         ax.set_yscale("log")

@@ -70,8 +70,7 @@ def main() -> None:
         paper_avg = fmt_change(paper[0][0], paper[1][0]) if paper else "—"
         paper_std = fmt_change(paper[0][1], paper[1][1]) if paper else "—"
         lines.append(
-            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} "
-            f"| {paper_avg} | {paper_std} | {len(seeds)} |"
+            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} | {paper_avg} | {paper_std} | {len(seeds)} |"
         )
     text = "\n".join(lines) + "\n"
     print(text, end="")

@@ -66,9 +66,11 @@ def check_same_flags(runs: Path, extra: list[str]) -> None:
     for summary in sorted(runs.glob("*/seed*/summary.json")):
         flags = fit_flags_of(summary.parent)
         if flags is not None and flags != extra:
-            sys.exit(f"{summary.parent} was run with the extra flsuite fit flags {shlex.join(flags) or '(none)'}, but this "
-                     f"invocation passes {shlex.join(extra) or '(none)'}: the table would mix settings. Pass the same flags "
-                     f"after --, or give the study another --name.")
+            sys.exit(
+                f"{summary.parent} was run with the extra flsuite fit flags {shlex.join(flags) or '(none)'}, but this "
+                f"invocation passes {shlex.join(extra) or '(none)'}: the table would mix settings. Pass the same flags "
+                f"after --, or give the study another --name."
+            )
 
 
 def run(cmd: list[str], log: Path, parallel: int = 1) -> int:
@@ -116,8 +118,7 @@ def main() -> None:
         if run(cmd, runs / f"features-seed{seed}.log") != 0:
             sys.exit(f"feature extraction failed: see {runs / f'features-seed{seed}.log'}")
 
-    jobs = [(label, overlay, seed) for seed in args.seeds for label, overlay in variants
-            if not (runs / slug(label) / f"seed{seed}" / "summary.json").is_file()]
+    jobs = [(label, overlay, seed) for seed in args.seeds for label, overlay in variants if not (runs / slug(label) / f"seed{seed}" / "summary.json").is_file()]
 
     def job(item: tuple[str, str, int]) -> tuple[str, int, int]:
         label, overlay, seed = item

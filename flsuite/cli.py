@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import pkgutil
-import re
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 import flsuite
 from flsuite import progress
+from flsuite.config_files import blame_config_file, check_config_files, config_files
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError, resolve_checkpoint, run_dir_of, saved_config
@@ -154,8 +154,14 @@ def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     seconds = time.perf_counter() - start
     n_train = sum(len(c.train) for c in data.clients)
     n_test = sum(len(s) for s in data.test.values())
-    report = {"clients": len(data.clients), "train_samples": n_train, "test_samples": n_test, "input_shape": list(data.input_shape),
-              "seconds": round(seconds, 2), "samples_per_s": round((n_train + n_test) / max(seconds, 1e-9), 1)}
+    report = {
+        "clients": len(data.clients),
+        "train_samples": n_train,
+        "test_samples": n_test,
+        "input_shape": list(data.input_shape),
+        "seconds": round(seconds, 2),
+        "samples_per_s": round((n_train + n_test) / max(seconds, 1e-9), 1),
+    }
     print(json.dumps(report, indent=2))
     return report
 
@@ -165,60 +171,16 @@ def _one_paragraph(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-def config_files(argv: list[str]) -> list[Path]:
-    """The `--config` files named on the command line, in order."""
-    files = []
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            files.append(Path(argv[i + 1]))
-        elif arg.startswith("--config="):
-            files.append(Path(arg.split("=", 1)[1]))
-    return files
-
-
-def check_config_files(files: list[Path]) -> None:
-    """Malformed or empty YAML stops with an error naming the file (and the line), before jsonargparse sees it."""
-    for path in files:
-        if not path.is_file():
-            continue  # jsonargparse names a missing file
-        text = path.read_text()
-        try:
-            content = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-            problem = getattr(err, "problem", None) or str(err)
-            raise ValueError(f"config file {path} is not valid YAML{where}: {problem}") from None
-        if content is None:
-            raise ValueError(f"config file {path} is empty")
-        if not isinstance(content, dict):
-            raise ValueError(f"config file {path} must hold a mapping of keys (e.g. `rounds: 10`), not a {type(content).__name__}")
-
-
-def blame_config_file(message: str, files: list[Path]) -> str:
-    """For an unknown-key error, the config file(s) that hold that key, as " (in FILE)"; "" when none is found."""
-    keys = set(re.findall(r"[Oo]ption '([^']+)'", message))
-    if not keys:
-        return ""
-    holders = []
-    for path in files:
-        try:
-            flat = flatten(yaml.safe_load(path.read_text()) or {})
-        except (OSError, yaml.YAMLError):
-            continue
-        if any(f == k or f.endswith("." + k) or k.rsplit(".", 1)[-1] in f.split(".") for f in flat for k in keys):
-            holders.append(str(path))
-    return f" (in {', '.join(holders)})" if holders else ""
-
-
 def interrupted_message(err: BaseException) -> str:
     """What to tell the user after Ctrl-C: the checkpointed round and the exact command to continue."""
     run_dir = getattr(err, "run_dir", None)
     if run_dir is None:
         return "flsuite: interrupted"
     if not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
-        return (f"flsuite: interrupted before a round was checkpointed (run folder {run_dir}); nothing to continue, "
-                f"start the run again (remove {run_dir} first to reuse it as --run_dir)")
+        return (
+            f"flsuite: interrupted before a round was checkpointed (run folder {run_dir}); nothing to continue, "
+            f"start the run again (remove {run_dir} first to reuse it as --run_dir)"
+        )
     return (
         f"flsuite: interrupted; the last completed round is checkpointed in {run_dir}; "
         f"continue with --resume {run_dir} (e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"

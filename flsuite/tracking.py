@@ -130,9 +130,7 @@ class Tracker:
     failed (exit code 1), or interrupted (255) after Ctrl-C.
     """
 
-    def __init__(
-        self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any], labels: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> None:
         self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wandb_run = None
@@ -146,8 +144,13 @@ class Tracker:
         id_file = self.run_dir / "wandb_id.txt"
         tags = list(dict.fromkeys([*labels.values(), *cfg.tags]))
         kwargs: dict[str, Any] = dict(
-            project=cfg.project, entity=cfg.entity, group=group, tags=tags, config={**dict(config), **labels},
-            dir=str(self.run_dir), job_type=labels.get("method_name"),
+            project=cfg.project,
+            entity=cfg.entity,
+            group=group,
+            tags=tags,
+            config={**dict(config), **labels},
+            dir=str(self.run_dir),
+            job_type=labels.get("method_name"),
         )
         if under_sweep_agent() and not id_file.is_file():
             # Join the agent's run (its id and name); forcing our own id would detach the run from the sweep.

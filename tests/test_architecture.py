@@ -21,7 +21,7 @@ LAYERS = [
     ("run services", ("metrics", "tracking", "runfolder")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
-    ("tools", ("cli", "sweep", "compare", "compare_report", "compare_stats")),
+    ("tools", ("cli", "config_files", "sweep", "compare")),
 ]
 
 
@@ -110,7 +110,7 @@ def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in graph.get(node, []):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:

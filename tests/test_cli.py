@@ -74,8 +74,13 @@ def test_quickstart_config_parses():
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     """A real kill -9 of `flsuite fit` mid-run, then `--resume <run folder>`: the same metrics as a full run."""
     rounds = 40
-    cfg = {**SMALL, "rounds": rounds, "data": {**SMALL["data"], "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True}},
-           "sampling": {"fraction": 0.5}, "local": {"epochs": 2, "batch_size": 8, "lr": 0.05}}
+    cfg = {
+        **SMALL,
+        "rounds": rounds,
+        "data": {**SMALL["data"], "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True}},
+        "sampling": {"fraction": 0.5},
+        "local": {"epochs": 2, "batch_size": 8, "lr": 0.05},
+    }
     config = write_config(tmp_path / "run.yaml", cfg)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config)]

@@ -14,8 +14,9 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "lock.txt"
 #: The command that writes the lock (README "Set up and run"); uv writes it into the lock's header.
-LOCK_COMMAND = ("uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 "
-                "--constraint requirements/lock-constraints.txt -o requirements/lock.txt")
+LOCK_COMMAND = (
+    "uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --constraint requirements/lock-constraints.txt -o requirements/lock.txt"
+)
 
 
 def project() -> dict:
@@ -32,8 +33,13 @@ def requirements() -> list[Requirement]:
 
 def locked(python: str = "3.11") -> dict[str, str]:
     """name -> pinned version of every lock line whose marker holds on Linux x86_64 with `python`."""
-    env = default_environment() | {"python_version": python, "python_full_version": f"{python}.7",
-                                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+    env = default_environment() | {
+        "python_version": python,
+        "python_full_version": f"{python}.7",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+    }
     pins = {}
     for line in LOCK.read_text().splitlines():
         if line and not line.startswith((" ", "#")):
@@ -50,7 +56,8 @@ def test_the_lock_pins_every_dependency_within_pyproject_ranges():
         name = canonicalize_name(req.name)
         assert name in pins, f"requirements/lock.txt has no {req.name}: regenerate it ({LOCK_COMMAND})"
         assert req.specifier.contains(pins[name], prereleases=True), (
-            f"requirements/lock.txt pins {req.name}=={pins[name]}, outside pyproject.toml's {req}: regenerate it")
+            f"requirements/lock.txt pins {req.name}=={pins[name]}, outside pyproject.toml's {req}: regenerate it"
+        )
 
 
 def test_the_lock_is_written_by_the_documented_command():
@@ -64,7 +71,7 @@ def test_known_breaking_releases_are_excluded():
     minutes through torch, torchvision and optuna instead of failing (issue 21)."""
     by_name = {canonicalize_name(r.name): r for r in requirements()}
     assert not by_name["sweeps"].specifier.contains("0.3.0") and by_name["sweeps"].specifier.contains("0.2.0")
-    for name in ("torch", "lightning", "sweeps"):
+    for name in ("torch", "lightning", "sweeps", "ruff"):
         assert any(s.operator == "<" for s in by_name[name].specifier), f"{name} has no upper bound"
 
 
@@ -74,3 +81,13 @@ def test_ci_installs_into_a_fresh_venv_with_a_time_limit():
     readme = (ROOT / "README.md").read_text()
     test_command = 'python -m pip install -e ".[dev]" && python -m pytest -q'
     assert test_command in readme and test_command in ci
+
+
+def test_ci_runs_the_configured_lint_format_and_type_checks_before_the_tests():
+    """The habits live in the repository: ruff and mypy are configured in pyproject.toml, pinned in the dev extra (a
+    ruff minor release changes its rules and formatting) and run by .ci/run, before the README's test command."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["ruff"]["lint"]["select"] and pyproject["tool"]["mypy"]["files"] == ["flsuite/federation", "flsuite/methods"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    checks = [ci.index(c) for c in ("python -m ruff check .", "python -m ruff format --check .", "python -m mypy\n", "python -m pytest -q")]
+    assert checks == sorted(checks)

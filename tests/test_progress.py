@@ -50,9 +50,13 @@ def fit_twice(capfd, make, tmp_path) -> tuple[str, str]:
 
 def test_setup_stages_server_fits_and_rounds_show_bars_on_stderr_only_with_progress(tmp_path, capfd):
     public = PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=40))
-    err, _ = fit_twice(capfd, lambda run_dir: head_federation(
-        run_dir, data=DATA, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)],
-        server_steps=[ServerFinetune(public, epochs=2)]), tmp_path)
+    err, _ = fit_twice(
+        capfd,
+        lambda run_dir: head_federation(
+            run_dir, data=DATA, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)], server_steps=[ServerFinetune(public, epochs=2)]
+        ),
+        tmp_path,
+    )
     assert {"GGEUR", "server serverfinetune", "flsuite"} <= bars(err), err
     assert "3/3 [" in err and "2/2 [" in err  # GGEUR's three classes, two rounds (and the fine-tune's two epochs)
 
@@ -75,8 +79,9 @@ class Embedded(DataSource):
         encoder, images = CountingEncoder(), make_images(40, channels=3)
         x = extract_features(encoder, images, batch_size=8, cache_dir=self.cache_dir, dataset_key={"domain": "d0", "pool": "all"})
         y = torch.arange(40) % 2
-        return FederatedData([ClientData(0, "d0", Split(x[:15], y[:15])), ClientData(1, "d0", Split(x[15:30], y[15:30]))],
-                             {"d0": Split(x[30:], y[30:])}, num_classes=2)
+        return FederatedData(
+            [ClientData(0, "d0", Split(x[:15], y[:15])), ClientData(1, "d0", Split(x[15:30], y[15:30]))], {"d0": Split(x[30:], y[30:])}, num_classes=2
+        )
 
 
 def test_feature_extraction_shows_a_bar_of_images_when_the_run_shows_progress(tmp_path, capfd):

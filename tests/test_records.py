@@ -29,7 +29,10 @@ def test_the_summary_prefix_follows_last_k_and_an_unfinished_summary_is_named():
 
 def test_accuracy_keys_are_the_evaluation_ones():
     assert [k for k in ("acc/clean", "acc_mean", "acc_std_sample", "train_loss", "bytes_up", "server/x/acc") if records.is_accuracy_key(k)] == [
-        "acc/clean", "acc_mean", "acc_std_sample"]
+        "acc/clean",
+        "acc_mean",
+        "acc_std_sample",
+    ]
     assert all(records.PER_ROUND.fullmatch(k) for k in ("acc/clean", "acc_mean", "acc_std", "train_loss"))
     assert not records.PER_ROUND.fullmatch("last5/acc_mean")
 
@@ -43,8 +46,19 @@ def test_query_totals_add_the_queries_and_the_setup_stages_bytes():
 def test_a_run_writes_the_keys_the_schema_names(tmp_path):
     head_federation(tmp_path, rounds=2).fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    schema = {records.ROUND, records.CLIENTS, records.CLIENTS_FAILED, records.CLIENTS_REJECTED, records.TRAIN_LOSS,
-              records.BYTES_DOWN, records.BYTES_UP, records.CLIENT_LOSS, records.CLIENT_STEPS, records.ACC_MEAN, records.ACC_STD}
+    schema = {
+        records.ROUND,
+        records.CLIENTS,
+        records.CLIENTS_FAILED,
+        records.CLIENTS_REJECTED,
+        records.TRAIN_LOSS,
+        records.BYTES_DOWN,
+        records.BYTES_UP,
+        records.CLIENT_LOSS,
+        records.CLIENT_STEPS,
+        records.ACC_MEAN,
+        records.ACC_STD,
+    }
     assert all(schema <= set(r) for r in rows) and all(any(records.is_accuracy_key(k) and k.startswith(records.ACC_PREFIX) for k in r) for r in rows)
     timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
     assert all({records.ROUND, records.ROUND_SECONDS, records.CLIENTS_SECONDS, records.EVAL_SECONDS} <= set(t) for t in timings)

@@ -226,10 +226,16 @@ def test_under_a_sweep_agent_the_agents_run_is_joined(monkeypatch, tmp_path):
 
 # ---- 4. resume with another experiment -----------------------------------------------------------------------
 OLD = {
-    "seed": 0, "rounds": 10, "run_dir": "runs/a", "progress": True,
+    "seed": 0,
+    "rounds": 10,
+    "run_dir": "runs/a",
+    "progress": True,
     "data": {"class_path": "X", "init_args": {"beta": 0.5, "cache_dir": ".cache/features"}},
-    "local": {"lr": 0.01}, "wandb": {"project": "p", "tags": []}, "executor": {"class_path": "SerialExecutor"},
-    "setup": [], "checkpoint_every": 1,
+    "local": {"lr": 0.01},
+    "wandb": {"project": "p", "tags": []},
+    "executor": {"class_path": "SerialExecutor"},
+    "setup": [],
+    "checkpoint_every": 1,
 }
 
 
@@ -242,7 +248,11 @@ OLD = {
         ({"data": {"class_path": "X", "init_args": {"beta": 0.1, "cache_dir": ".cache/features"}}}, ["data.init_args.beta"], []),
         ({"data": {"class_path": "X", "init_args": {"beta": 0.5, "cache_dir": "/scratch/f"}}}, [], ["data.init_args.cache_dir"]),
         ({"local": {"lr": 0.1}, "progress": False}, ["local.lr"], ["progress"]),
-        ({"wandb": {"project": "q", "tags": ["x"]}, "run_dir": None, "checkpoint_every": 5}, [], ["checkpoint_every", "run_dir", "wandb.project", "wandb.tags"]),
+        (
+            {"wandb": {"project": "q", "tags": ["x"]}, "run_dir": None, "checkpoint_every": 5},
+            [],
+            ["checkpoint_every", "run_dir", "wandb.project", "wandb.tags"],
+        ),
         ({"executor": {"class_path": "RayExecutor", "init_args": {"num_cpus": 2}}}, [], ["executor.class_path", "executor.init_args.num_cpus"]),
         ({"setup": [{"class_path": "GGEUR"}]}, ["setup", "setup.0.class_path"], []),
         ({"model": {"class_path": "MLP"}}, ["model.class_path"], []),
@@ -394,6 +404,7 @@ def test_corrupt_image_error_names_the_file_and_skip_unreadable(tmp_path, capsys
 def test_sigint_handler_is_only_installed_while_fit_runs(tmp_path, capsys):
     """After the fit the caller's own SIGINT handler is back (compared with the handler in place before, not with
     Python's default: a process started in the background inherits SIG_IGN)."""
+
     def callers_handler(signum, frame):  # pragma: no cover - never signalled
         raise AssertionError("not expected to run")
 

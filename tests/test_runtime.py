@@ -100,7 +100,11 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
 
     torch.set_num_threads(2)
     cfg = {
-        "rounds": 1, "seed": 0, "progress": False, "wandb": {"enabled": False}, "run_dir": str(tmp_path / "run"),
+        "rounds": 1,
+        "seed": 0,
+        "progress": False,
+        "wandb": {"enabled": False},
+        "run_dir": str(tmp_path / "run"),
         "data": {"class_path": "flsuite.data.builtin.GaussianFeatures", "init_args": {"dim": 8, "samples_per_client": 32}},
         "model": {"class_path": "flsuite.models.heads.Linear"},
         "threads": {"intra_op": 3},
@@ -116,7 +120,8 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     """An image model (auto: all cores when alone) in a study run two at a time on two cores: one thread each."""
     cpus = set(sorted(os.sched_getaffinity(0))[:2])
     cfg = {
-        "name": "threads", "rounds": 1,
+        "name": "threads",
+        "rounds": 1,
         "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean"], "clients_per_domain": 1}},
         "model": {"class_path": "flsuite.models.heads.SmallCNN", "init_args": {"channels": [4], "hidden": 8}},
         "local": {"epochs": 1, "batch_size": 64},
@@ -124,10 +129,24 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(cfg))
     env = {k: v for k, v in os.environ.items() if k not in (THREADS_ENV, PARALLEL_ENV, "OMP_NUM_THREADS")}
-    cmd = [sys.executable, str(ROOT / "experiments" / "study.py"), "--name", "t", "--base", str(base), "--variant", "base=",
-           "--seeds", "0", "1", "--workers", "2", "--runs", str(tmp_path / "runs")]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-                          preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    cmd = [
+        sys.executable,
+        str(ROOT / "experiments" / "study.py"),
+        "--name",
+        "t",
+        "--base",
+        str(base),
+        "--variant",
+        "base=",
+        "--seeds",
+        "0",
+        "1",
+        "--workers",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+    ]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     assert done.returncode == 0, done.stdout + done.stderr
     for seed in (0, 1):
         threads = json.loads((tmp_path / "runs" / "t" / "base" / f"seed{seed}" / "environment.json").read_text())["threads"]

@@ -34,10 +34,16 @@ def test_offline_wandb_run_is_written_with_no_api_key(monkeypatch, tmp_path, cap
 
 
 def test_wandb_scalars_keep_numbers_and_flatten_per_client_mappings():
-    record = {"round": 3, "acc_mean": 50.5, "clients": [0, 2], "clients_failed": [], "ok": True,
-              "client_loss": {"0": 0.5, "2": 0.25}, "client_steps": {"0": 4, "2": 7}}
-    assert wandb_scalars(record) == {"round": 3, "acc_mean": 50.5, "client_loss/0": 0.5, "client_loss/2": 0.25,
-                                     "client_steps/0": 4, "client_steps/2": 7}
+    record = {
+        "round": 3,
+        "acc_mean": 50.5,
+        "clients": [0, 2],
+        "clients_failed": [],
+        "ok": True,
+        "client_loss": {"0": 0.5, "2": 0.25},
+        "client_steps": {"0": 4, "2": 7},
+    }
+    assert wandb_scalars(record) == {"round": 3, "acc_mean": 50.5, "client_loss/0": 0.5, "client_loss/2": 0.25, "client_steps/0": 4, "client_steps/2": 7}
 
 
 def test_run_labels_name_the_method_with_its_setup_stages_and_the_dataset():

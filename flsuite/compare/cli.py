@@ -19,9 +19,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="write compare.md, compare.html and convergence.png into this folder")
     ap.add_argument("--target", type=float, help="report the first round whose acc_mean reaches this accuracy (%%)")
     ap.add_argument("--title", default="Method comparison")
-    ap.add_argument("--by", nargs="+", metavar="KEY",
-                    help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
-                         "by experiment (equal configs but for the seed and where/how a run executed)")
+    ap.add_argument(
+        "--by",
+        nargs="+",
+        metavar="KEY",
+        help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
+        "by experiment (equal configs but for the seed and where/how a run executed)",
+    )
     return ap
 
 

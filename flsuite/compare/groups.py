@@ -93,8 +93,10 @@ def check_one_experiment(label: str, runs: Sequence[Run]) -> None:
     `EXECUTION_KEYS`), naming the group and the keys (runs without a config.yaml cannot be told apart)."""
     if len(runs) > 1 and all(r.config for r in runs) and (keys := differing_keys([experiment(r.config) for r in runs])):
         shown = ", ".join(keys[:4]) + (f" (and {len(keys) - 4} more)" if len(keys) > 4 else "")
-        raise ValueError(f"group {label!r} holds runs of different experiments (their config.yaml differ in {shown}), "
-                         "so it cannot be averaged as seeds of one; `flsuite compare` without --by groups runs by config")
+        raise ValueError(
+            f"group {label!r} holds runs of different experiments (their config.yaml differ in {shown}), "
+            "so it cannot be averaged as seeds of one; `flsuite compare` without --by groups runs by config"
+        )
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:

@@ -44,8 +44,7 @@ class Comparison:
         header = ["method", *self.domains, "AVG", "STD", "STD (n-1)", "seeds"]
         rows = []
         for g in self.groups:
-            rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std),
-                         mean_pm(g.std_sample), g.seeds()])
+            rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std), mean_pm(g.std_sample), g.seeds()])
         return header, rows
 
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
@@ -56,19 +55,28 @@ class Comparison:
         for g in self.groups:
             averaged = min(g.rounds_averaged)
             k = str(g.k) if averaged >= g.k else f"{g.k} (a run averaged only {averaged})"
-            rows.append([g.label, k, _rounds_cell(g),
-                         human_bytes(float(np.mean(g.bytes_up))) if g.bytes_up else "—",
-                         human_bytes(float(np.mean(g.bytes_down))) if g.bytes_down else "—",
-                         human_bytes(float(np.mean(g.run_bytes_up))), human_bytes(float(np.mean(g.run_bytes_down))),
-                         f"{np.mean(g.round_s):.2f}" if g.round_s else "—"])
+            rows.append(
+                [
+                    g.label,
+                    k,
+                    _rounds_cell(g),
+                    human_bytes(float(np.mean(g.bytes_up))) if g.bytes_up else "—",
+                    human_bytes(float(np.mean(g.bytes_down))) if g.bytes_down else "—",
+                    human_bytes(float(np.mean(g.run_bytes_up))),
+                    human_bytes(float(np.mean(g.run_bytes_down))),
+                    f"{np.mean(g.round_s):.2f}" if g.round_s else "—",
+                ]
+            )
         return header, rows
 
     def note(self) -> str:
         ks = sorted({g.k for g in self.groups})
         k = ks[0] if len(ks) == 1 else "k (per method, see below)"
-        return (f"Top-1 accuracy (%) averaged over each run's last {k} evaluated rounds; mean ± std over seeds (population). "
-                "AVG = mean over domains; STD = population std across domains of the last-k mean accuracies (GGEUR's "
-                "convention); STD (n-1) = sample std (FKPL's).")
+        return (
+            f"Top-1 accuracy (%) averaged over each run's last {k} evaluated rounds; mean ± std over seeds (population). "
+            "AVG = mean over domains; STD = population std across domains of the last-k mean accuracies (GGEUR's "
+            "convention); STD (n-1) = sample std (FKPL's)."
+        )
 
     def markdown(self, title: str | None = None, png: str | None = None) -> str:
         lines = [f"## {title}", ""] if title else []
@@ -81,11 +89,18 @@ class Comparison:
 
     def html(self, title: str, png: bytes | None = None) -> str:
         """One self-contained page: both tables and the convergence PNG embedded as base64."""
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-                 ("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-                  "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
-                  "</style></head><body>"), f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(self.note())}</p>",
-                 _html_table(*self.accuracy_rows()), _html_table(*self.cost_rows())]
+        parts = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+            (
+                "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+                "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+                "</style></head><body>"
+            ),
+            f"<h2>{html.escape(title)}</h2>",
+            f"<p>{html.escape(self.note())}</p>",
+            _html_table(*self.accuracy_rows()),
+            _html_table(*self.cost_rows()),
+        ]
         if png:
             parts.append(f"<img alt='convergence' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
         if self.skipped:
@@ -131,8 +146,7 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (),
-            across_configs: bool = False) -> Comparison:
+def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (), across_configs: bool = False) -> Comparison:
     """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out.
     Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`)."""
     stats = []

@@ -66,8 +66,7 @@ def domain_std(summary: Mapping[str, Any]) -> tuple[float, float | None]:
 
 def round_prefixes(record: Mapping[str, Any]) -> list[str]:
     """The metric prefixes under which `record` holds a round of a `Rounds` phase ("" for plain rounds)."""
-    return [k.removesuffix(CLIENTS) for k in record
-            if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
+    return [k.removesuffix(CLIENTS) for k in record if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
 
 
 def round_traffic(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
@@ -79,8 +78,7 @@ def run_traffic(run: Run) -> tuple[float, float]:
     """Everything the run communicated: its rounds, its client queries and its setup stages' exchanges."""
     rounds = round_traffic(run.history)
     one_shot = query_totals(run.summary, run.setup)
-    return (float(sum(u for u, _ in rounds) + one_shot[BYTES_UP]),
-            float(sum(d for _, d in rounds) + one_shot[BYTES_DOWN]))
+    return (float(sum(u for u, _ in rounds) + one_shot[BYTES_UP]), float(sum(d for _, d in rounds) + one_shot[BYTES_DOWN]))
 
 
 def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:

@@ -189,7 +189,9 @@ class Benchmark(DataSource):
         clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
         # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000), once per
         # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per client).
-        used = {d: np.unique(np.concatenate([domains[d].train_rows[c.indices] for c in clients if c.domain == d])) for d in dict.fromkeys(c.domain for c in clients)}
+        used = {
+            d: np.unique(np.concatenate([domains[d].train_rows[c.indices] for c in clients if c.domain == d])) for d in dict.fromkeys(c.domain for c in clients)
+        }
         embedded = {d: self._split(domains[d].train_pool, rows, d, domains[d].pools[0]) for d, rows in used.items()}
         client_data = [
             ClientData(i, c.domain, embedded[c.domain].subset(np.searchsorted(used[c.domain], domains[c.domain].train_rows[c.indices])))

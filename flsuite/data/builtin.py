@@ -85,9 +85,7 @@ class UCIDigitsDomains(DataSource):
                 parts = dirichlet_partition(train.y.numpy(), self.clients_per_domain, self.beta, rng)
             for part in parts:
                 clients.append(ClientData(len(clients), name, train.subset(part)))
-        return FederatedData(
-            clients, test, num_classes=10, description={"source": "sklearn.datasets.load_digits", "shifts": self.domains}
-        )
+        return FederatedData(clients, test, num_classes=10, description={"source": "sklearn.datasets.load_digits", "shifts": self.domains})
 
 
 class GaussianFeatures(DataSource):

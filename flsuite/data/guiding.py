@@ -236,4 +236,6 @@ class ClassFolder(DataSource):
             arrays = imf.load_image_folder_arrays(part, self.image_size, classes=list(names))
             return Split(to_pixels(arrays, self.image_size, self.channels), arrays.y)
 
-        return FederatedData([ClientData(0, root.name, split(train))], {root.name: split(test) if test else split(train)}, num_classes=len(names), classes=tuple(names))
+        return FederatedData(
+            [ClientData(0, root.name, split(train))], {root.name: split(test) if test else split(train)}, num_classes=len(names), classes=tuple(names)
+        )

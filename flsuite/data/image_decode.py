@@ -60,4 +60,3 @@ def _verifies(path: Path) -> bool:
         return True
     except Exception:  # noqa: BLE001 - PIL raises many exception types for damaged files
         return False
-

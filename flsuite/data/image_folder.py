@@ -73,9 +73,7 @@ logger = logging.getLogger(__name__)
 
 Entry = tuple[Path, int]
 
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
-)
+IMAGE_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"})
 
 
 def normalise_name(name: str) -> str:
@@ -101,12 +99,9 @@ def resolve_dir(parent: Path, canonical: str, aliases: Sequence[str], kind: str)
         return matches[0]
     found = [d.name for d in subdirs]
     if matches:
-        raise ValueError(
-            f"{kind} {canonical!r}: several folders in {parent} match {names}: {[d.name for d in matches]}"
-        )
+        raise ValueError(f"{kind} {canonical!r}: several folders in {parent} match {names}: {[d.name for d in matches]}")
     raise FileNotFoundError(
-        f"{kind} folder for {canonical!r} not found in {parent} (tried {names}, also after normalising "
-        f"case/'_'/'-'/spaces); folders found: {found}"
+        f"{kind} folder for {canonical!r} not found in {parent} (tried {names}, also after normalising case/'_'/'-'/spaces); folders found: {found}"
     )
 
 
@@ -163,7 +158,6 @@ def scan_image_folder(
             logger.debug("domain %r (%s): ignoring folders %s", domain, ddir, unused)
         result[domain] = entries
     return result
-
 
 
 class ImageFileDataset(Dataset[tuple[Any, int]]):

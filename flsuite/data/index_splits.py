@@ -59,9 +59,7 @@ def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.r
         idx = rng.permutation(np.flatnonzero(labels == c))
         reserved = min_per_class * num_clients
         if reserved > len(idx):
-            raise DataError(
-                f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients"
-            )
+            raise DataError(f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients")
         for k in range(num_clients):
             parts[k].append(idx[k * min_per_class : (k + 1) * min_per_class])
         rest = idx[reserved:]

@@ -170,9 +170,7 @@ class DomainSkew(Partitioner):
             _check_beta(beta)
         _check_min_per_class(min_per_class)
         if min_per_class and beta is None:
-            raise DataError(
-                f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0"
-            )
+            raise DataError(f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0")
         self.fraction, self.clients_per_domain = float(fraction), clients_per_domain
         self.beta, self.min_per_class = (None if beta is None else float(beta)), int(min_per_class)
 
@@ -183,9 +181,7 @@ class DomainSkew(Partitioner):
         missing = [d for d in domains if d not in self.clients_per_domain]
         extra = [d for d in self.clients_per_domain if d not in domains]
         if missing or extra:
-            raise DataError(
-                f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}"
-            )
+            raise DataError(f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}")
         return {d: self.clients_per_domain[d] for d in domains}
 
     def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:

@@ -120,9 +120,7 @@ SUITES: dict[str, dict[str, Loader]] = {
         imf.OFFICE_CALTECH10_DOMAINS, imf.OFFICE_CALTECH10_CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES
     ),
     "pacs": _folder_suite(imf.PACS_DOMAINS, imf.PACS_CLASSES, imf.PACS_DOMAIN_ALIASES, imf.PACS_CLASS_ALIASES),
-    "office_home": _folder_suite(
-        ("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}
-    ),
+    "office_home": _folder_suite(("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}),
     "domainnet": _folder_suite(("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), None),
     "mnist": {"mnist": _torchvision("mnist")},
     "fashion_mnist": {"fashion_mnist": _torchvision("fashion_mnist")},
@@ -131,4 +129,3 @@ SUITES: dict[str, dict[str, Loader]] = {
     "cifar100": {"cifar100": _torchvision("cifar100")},
     "tiny_imagenet": {"tiny_imagenet": _tiny_imagenet},
 }
-

@@ -73,7 +73,9 @@ class RunContext:
         s = self.settings
         self.executor.set_env(ClientEnvironment(self.data, model, HyperParameters(method), s.local, s.seed))
 
-    def query(self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None) -> QueryOutcome:
+    def query(
+        self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None
+    ) -> QueryOutcome:
         """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
         The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
         A bar over the asked clients shows the exchange; the executor answers all of them in one call, so it moves
@@ -111,8 +113,14 @@ class RunContext:
     def server_context(self, round: int, results: Sequence[ClientResult] = (), model: ModelSpec | None = None, num_clients: int | None = None) -> ServerContext:
         """The server's context in `round`: its random stream, the round's results, `model` (the run's by default)."""
         spec, data = model or self.settings.model, self.data
-        return ServerContext(round, self.settings.seed, results, len(data.clients) if num_clients is None else num_clients,
-                             lambda: spec.build(data.input_shape, data.num_classes), self.settings.local.accelerator)
+        return ServerContext(
+            round,
+            self.settings.seed,
+            results,
+            len(data.clients) if num_clients is None else num_clients,
+            lambda: spec.build(data.input_shape, data.num_classes),
+            self.settings.local.accelerator,
+        )
 
     # ---- phases ----------------------------------------------------------------------------------------------
     def publish(self, name: str, value: dict[str, Any]) -> None:

@@ -147,13 +147,22 @@ class Rounds(Phase):
                 bar.update(1)
         ctx.publish(self.name, {"weights": state.global_weights})
 
-    def _round(self, ctx: RunContext, rnd: int, rounds: int, clients: list[int], method: Method, steps: Sequence[ServerStep], global_model: torch.nn.Module) -> _Round:
+    def _round(
+        self, ctx: RunContext, rnd: int, rounds: int, clients: list[int], method: Method, steps: Sequence[ServerStep], global_model: torch.nn.Module
+    ) -> _Round:
         settings, data, state = ctx.settings, ctx.data, ctx.state
         t0 = time.perf_counter()
         sampled = [clients[i] for i in settings.sampling.sample(len(clients), settings.seed, rnd)]
         shared = method.broadcast(rnd, state.server_state)
         tasks = [
-            ClientTask(rnd, k, derive_seed(settings.seed, rnd, k, "client"), state.global_weights, method.broadcast_to(rnd, k, state.server_state, shared), state.client_states[k])
+            ClientTask(
+                rnd,
+                k,
+                derive_seed(settings.seed, rnd, k, "client"),
+                state.global_weights,
+                method.broadcast_to(rnd, k, state.server_state, shared),
+                state.client_states[k],
+            )
             for k in sampled
         ]
         outcomes = ctx.executor.run(tasks)

@@ -127,9 +127,7 @@ class RayExecutor(Executor):
                 kwargs.update(num_cpus=self.num_cpus, include_dashboard=False)
             ray.init(**kwargs)
             self._owns_ray = True
-        self._actor_cls = ray.remote(_ClientWorker).options(
-            num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0
-        )
+        self._actor_cls = ray.remote(_ClientWorker).options(num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0)
         self._env_ref = ray.put(self.env)
         n = self.num_workers or self._default_num_workers(ray)
         actors = [self._new_actor() for _ in range(n)]

@@ -157,7 +157,12 @@ class Federation:
             name = type(stage).__name__.lower()
             metrics.update({f"setup/{name}/{k}": v for k, v in result.metrics.items()})
             metrics[f"setup/{name}/seconds"] = time.perf_counter() - start
-            log.info("%s: %s in %.1f s", type(stage).__name__, result.message or ", ".join(f"{k} {v}" for k, v in result.metrics.items()), metrics[f"setup/{name}/seconds"])
+            log.info(
+                "%s: %s in %.1f s",
+                type(stage).__name__,
+                result.message or ", ".join(f"{k} {v}" for k, v in result.metrics.items()),
+                metrics[f"setup/{name}/seconds"],
+            )
             if query is not None:
                 self.executor.set_env(self._env(fed))
         return fed, metrics
@@ -168,9 +173,19 @@ class Federation:
     def settings(self) -> RunSettings:
         """What the phases read of this run."""
         return RunSettings(
-            seed=self.seed, rounds=self.rounds, model=self.model, method=self.method, local=self.local, sampling=self.sampling,
-            server_steps=tuple(self.server_steps), on_client_failure=self.on_client_failure, checkpoint_every=self.checkpoint_every,
-            eval_every=self.eval_every, eval_device=self.eval_device, progress=self.progress, name=self.name,
+            seed=self.seed,
+            rounds=self.rounds,
+            model=self.model,
+            method=self.method,
+            local=self.local,
+            sampling=self.sampling,
+            server_steps=tuple(self.server_steps),
+            on_client_failure=self.on_client_failure,
+            checkpoint_every=self.checkpoint_every,
+            eval_every=self.eval_every,
+            eval_device=self.eval_device,
+            progress=self.progress,
+            name=self.name,
         )
 
     def fit(self, resume: Path | None = None, config_yaml: str = "") -> dict[str, object]:

@@ -165,7 +165,9 @@ class ServerFinetune(ServerStep):
         model = ctx.model(weights)
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
         module = ctx.train(model, batches, local, purpose=self.name)
-        return ServerUpdate(clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": module.mean_loss, "steps": module.num_steps})
+        return ServerUpdate(
+            clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": module.mean_loss, "steps": module.num_steps}
+        )
 
 
 def run_server_steps(steps: Sequence[ServerStep], ctx: ServerContext, weights: Weights, states: Sequence[State]) -> tuple[Weights, list[State], dict[str, Any]]:

@@ -136,7 +136,9 @@ class ProbabilisticEncoder(ModelSpec):
         eval_samples: Test-time draws averaged in softmax space; 1: z = μ (the headline numbers, spec §7.8).
     """
 
-    def __init__(self, backbone: ModelSpec | None = None, hidden: Sequence[int] = (512,), dim: int = 512, stochastic: bool = True, eval_samples: int = 1) -> None:
+    def __init__(
+        self, backbone: ModelSpec | None = None, hidden: Sequence[int] = (512,), dim: int = 512, stochastic: bool = True, eval_samples: int = 1
+    ) -> None:
         if dim < 1 or eval_samples < 1:
             raise ValueError(f"{type(self).__name__}: dim and eval_samples must be >= 1, got {dim} and {eval_samples}")
         self.backbone, self.hidden, self.dim = backbone, list(hidden), dim
@@ -174,7 +176,9 @@ class FedCiRClient(ClientModule):
         b, m = self.task.broadcast, self.method
         head = check_contract(self.model).head
         # in a plain dict, so that Lightning does not see the frozen generator as a submodule
-        self._frozen = {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+        self._frozen = (
+            {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+        )
         self._q: tuple[torch.Tensor, torch.Tensor] | None = None  # q(z|y): μ_g [C, d] and σ_g [C, d]
         if "mu_g" in b:
             require_encoder(self.model, "FedCiR's L_align")
@@ -216,9 +220,19 @@ class FedCiR(GeneratorMethod, FedAvg):
 
     client_module = FedCiRClient
 
-    def __init__(self, lam_reg: float = 0.5, lam_align: float = 5e-6, generator_steps: int = 5, generator_batch: int = 32, noise_dim: int = 32,
-                 hidden: int = 256, generator_lr: float = 1e-3, ensemble: Literal["logits", "mixture"] = "logits", mle_samples: int = 1000,
-                 weighting: Literal["samples", "uniform"] = "samples") -> None:
+    def __init__(
+        self,
+        lam_reg: float = 0.5,
+        lam_align: float = 5e-6,
+        generator_steps: int = 5,
+        generator_batch: int = 32,
+        noise_dim: int = 32,
+        hidden: int = 256,
+        generator_lr: float = 1e-3,
+        ensemble: Literal["logits", "mixture"] = "logits",
+        mle_samples: int = 1000,
+        weighting: Literal["samples", "uniform"] = "samples",
+    ) -> None:
         super().__init__(weighting=weighting)
         if lam_reg < 0 or lam_align < 0:
             raise ValueError(f"FedCiR needs lam_reg >= 0 and lam_align >= 0, got {lam_reg} and {lam_align}")

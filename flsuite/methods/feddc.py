@@ -99,9 +99,7 @@ class FedDC(Method):
     def broadcast(self, round: int, server_state: State) -> dict:
         return {"c": server_state["c"]}
 
-    def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
-    ) -> tuple[Weights, State]:
+    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
         new = sample_average(results)  # buffers
         m, num_clients = len(results), self.num_clients
         c, h = dict(server_state["c"]), dict(server_state["h"])

@@ -42,7 +42,9 @@ class FedGenClient(ClientModule):
     def begin(self) -> None:
         b, m = self.task.broadcast, self.method
         head = check_contract(self.model).head
-        self._frozen = {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+        self._frozen = (
+            {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+        )
         self._counts = torch.zeros(head.out_features, dtype=torch.long, device=self.device)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -84,8 +86,19 @@ class FedGen(GeneratorMethod, FedAvg):
 
     client_module = FedGenClient
 
-    def __init__(self, alpha: float = 10.0, beta: float = 10.0, decay: float = 0.98, generator_steps: int = 5, generator_batch: int = 32, noise_dim: int = 32,
-                 hidden: int = 256, generator_lr: float = 3e-4, diversity: float = 1.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
+    def __init__(
+        self,
+        alpha: float = 10.0,
+        beta: float = 10.0,
+        decay: float = 0.98,
+        generator_steps: int = 5,
+        generator_batch: int = 32,
+        noise_dim: int = 32,
+        hidden: int = 256,
+        generator_lr: float = 3e-4,
+        diversity: float = 1.0,
+        weighting: Literal["samples", "uniform"] = "samples",
+    ) -> None:
         super().__init__(weighting=weighting)
         if alpha < 0 or beta < 0 or not 0 < decay <= 1 or diversity < 0:
             raise ValueError(f"FedGen needs alpha, beta, diversity >= 0 and 0 < decay <= 1, got {alpha}, {beta}, {diversity}, {decay}")

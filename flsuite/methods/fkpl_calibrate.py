@@ -75,12 +75,18 @@ def domain_prototypes(outcome: QueryOutcome, labels: list[int], num_classes: int
     for k, u in uploads.items():
         sums[labels[k], u["classes"]] += u["protos"].to(torch.float64)
         counts[labels[k], u["classes"]] += 1
-    return {"protos": (sums / counts.clamp(min=1)[..., None]).float(), "has": counts > 0, "scalars_up": torch.tensor(scalars([u["protos"] for u in uploads.values()]))}
+    return {
+        "protos": (sums / counts.clamp(min=1)[..., None]).float(),
+        "has": counts > 0,
+        "scalars_up": torch.tensor(scalars([u["protos"] for u in uploads.values()])),
+    }
 
 
 def fit_head(server: ServerContext, split: Split, num_classes: int, fkpl: Any, purpose: str) -> tuple[Weights, float]:
     """A linear head (with bias) trained with CE on `split` for `head_epochs` epochs as a server-side Lightning fit."""
-    local = LocalTraining(epochs=fkpl.head_epochs, batch_size=fkpl.head_batch_size, lr=fkpl.head_lr, momentum=fkpl.head_momentum, weight_decay=0.0, accelerator=server.accelerator)
+    local = LocalTraining(
+        epochs=fkpl.head_epochs, batch_size=fkpl.head_batch_size, lr=fkpl.head_lr, momentum=fkpl.head_momentum, weight_decay=0.0, accelerator=server.accelerator
+    )
     torch.manual_seed(server.seed_for(f"{purpose}/init"))
     model = Linear().build(tuple(split.x.shape[1:]), num_classes)
     module = server.train(model, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), local, purpose)
@@ -114,7 +120,14 @@ class Calibrate(FKPLPhase):
         enc = encoder_weights(experts, dropped)
         cost = self.stage_costs(ctx, experts, enc)
         if f.head == "federated":
-            sub = Rounds(name=f"{self.name}/head", rounds=f.head_rounds, model=ConcatExperts(settings.model, num, enc), method=FederatedHead("samples"), server_steps=[], prefix="head/")
+            sub = Rounds(
+                name=f"{self.name}/head",
+                rounds=f.head_rounds,
+                model=ConcatExperts(settings.model, num, enc),
+                method=FederatedHead("samples"),
+                server_steps=[],
+                prefix="head/",
+            )
             ctx.run_nested(sub, current_key=(self.name, "current"))
             self.log_costs(ctx, cost)
             return
@@ -145,17 +158,19 @@ class Calibrate(FKPLPhase):
         if f.personalized_heads:
             record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
         ctx.outputs(self.name)["head"] = head
-        cost.update({
-            "stage2/scalars_up/prototypes": int(protos["value"]["scalars_up"]),
-            "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos["value"]["has"].sum()) * vx.shape[1],
-            "stage2/scalars_up/virtual_features": scalars(vx),
-            "stage2/num_virtual": len(vy),
-            "stage2/bytes_up": protos["bytes_up"] + virtual["bytes_up"],
-            "stage2/bytes_down": protos["bytes_down"] + virtual["bytes_down"],
-            "stage2/time/prototypes_s": protos["seconds"],
-            "stage2/time/virtual_s": virtual["seconds"],
-            "stage2/time/head_fit_s": t_head,
-        })
+        cost.update(
+            {
+                "stage2/scalars_up/prototypes": int(protos["value"]["scalars_up"]),
+                "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos["value"]["has"].sum()) * vx.shape[1],
+                "stage2/scalars_up/virtual_features": scalars(vx),
+                "stage2/num_virtual": len(vy),
+                "stage2/bytes_up": protos["bytes_up"] + virtual["bytes_up"],
+                "stage2/bytes_down": protos["bytes_down"] + virtual["bytes_down"],
+                "stage2/time/prototypes_s": protos["seconds"],
+                "stage2/time/virtual_s": virtual["seconds"],
+                "stage2/time/head_fit_s": t_head,
+            }
+        )
         counts = {k: v for k, v in cost.items() if "time" not in k}  # wall times go to timings.jsonl, not the record
         record.update({"server/head_loss": loss, "d_V": int(vx.shape[1]), **counts})
         timing = {"round": 1, "phase": self.name, **{k: v for k, v in cost.items() if "time" in k}}

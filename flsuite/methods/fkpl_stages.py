@@ -108,7 +108,9 @@ class TrainExperts(FKPLPhase):
     FedAvg run on those clients, bit for bit."""
 
     def expert(self, v: int, group: list[int]) -> Rounds:
-        return Rounds(name=f"{self.name}/expert{v}", rounds=self.fkpl.expert_rounds, clients=group, method=FedAvg("samples"), server_steps=[], prefix=f"expert{v}/")
+        return Rounds(
+            name=f"{self.name}/expert{v}", rounds=self.fkpl.expert_rounds, clients=group, method=FedAvg("samples"), server_steps=[], prefix=f"expert{v}/"
+        )
 
     def run(self, ctx: RunContext) -> None:
         experts = self.experts(ctx)

@@ -103,8 +103,16 @@ class GeneratorFit(L.LightningModule):
     """E_g Adam steps of the generator on the ensemble of the round's client heads (one `training_step` over the
     pre-drawn (ε, y) batches, manual optimisation like the clients' lean loop)."""
 
-    def __init__(self, generator: ConditionalGenerator, heads: Sequence[tuple[torch.Tensor, torch.Tensor]], coef: torch.Tensor,
-                 mode: Ensemble, diversity: float, lr: float, optimizer_state: dict | None) -> None:
+    def __init__(
+        self,
+        generator: ConditionalGenerator,
+        heads: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        coef: torch.Tensor,
+        mode: Ensemble,
+        diversity: float,
+        lr: float,
+        optimizer_state: dict | None,
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.generator, self.mode, self.diversity, self.lr = generator, mode, diversity, lr
@@ -199,7 +207,9 @@ class GeneratorMethod(Method):
         labels = self.generator_labels(ctx.results)
         y = labels[torch.randint(len(labels), (n,), generator=rng)]
         eps = draw_noise(n, self.noise_dim, self.noise, generator=rng)
-        fit = GeneratorFit(gen.train(), heads, self.ensemble_coefficients(ctx.results), self.ensemble, self.diversity, self.generator_lr, state.get("optimizer"))
+        fit = GeneratorFit(
+            gen.train(), heads, self.ensemble_coefficients(ctx.results), self.ensemble, self.diversity, self.generator_lr, state.get("optimizer")
+        )
         batches = EpochBatches(Split(eps, y), self.generator_batch, ctx.generator("generator/order"), epochs=1)
         ctx.fit(fit, batches, purpose="generator")
         opt_state = _cpu(fit.optimizer.state_dict())
@@ -208,7 +218,9 @@ class GeneratorMethod(Method):
 
 
 @torch.no_grad()
-def class_gaussian_mle(sample: Any, num_classes: int, num_samples: int, noise_dim: int, noise: Noise, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def class_gaussian_mle(
+    sample: Any, num_classes: int, num_samples: int, noise_dim: int, noise: Noise, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class MLE of a diagonal Gaussian from `num_samples` draws z = sample(y, ε) per class (FedCiR spec §1.4):
     μ_g(y) = mean_n z_n, σ_g(y) = sqrt(mean_n (z_n − μ_g(y))²) (biased), computed in float64, returned in float32."""
     mus, sigmas = [], []

@@ -100,9 +100,7 @@ def geometry(cov: torch.Tensor, top_k: int | None = None) -> Geometry:
     return Geometry(values, vectors)
 
 
-def generate(
-    bases: torch.Tensor, shape: Geometry, per_base: int, generator: torch.Generator, eig_scale: Literal["sqrt", "lambda"] = "sqrt"
-) -> torch.Tensor:
+def generate(bases: torch.Tensor, shape: Geometry, per_base: int, generator: torch.Generator, eig_scale: Literal["sqrt", "lambda"] = "sqrt") -> torch.Tensor:
     """`per_base` samples around each row of `bases`: x + Σ_m ε_m s(λ_m) ξ_m (Eq. 5), as one matrix product."""
     scale = shape.eigenvalues.sqrt() if eig_scale == "sqrt" else shape.eigenvalues
     eps = torch.randn(bases.shape[0] * per_base, scale.shape[0], generator=generator, dtype=torch.float64)
@@ -202,7 +200,13 @@ class GGEUR(SetupStage):
         n_generated = sum(len(t) for parts in generated for t in parts)
         description = {**data.description, "ggeur": {"mode": "multi" if multi else "single", "generated": n_generated}}
         augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description)
-        metrics: dict[str, float | int] = {"bytes_up": bytes_up, "bytes_down": bytes_down, "generated": n_generated, "multi_domain": int(multi), "target_per_class": target}
+        metrics: dict[str, float | int] = {
+            "bytes_up": bytes_up,
+            "bytes_down": bytes_down,
+            "generated": n_generated,
+            "multi_domain": int(multi),
+            "target_per_class": target,
+        }
         sent = f"{bytes_up / 2**20:,.1f} MiB up, {bytes_down / 2**20:,.1f} MiB down"
         return SetupResult(augmented, metrics, f"{n_generated:,} embeddings generated ({'multi' if multi else 'single'}-domain, T = {target}; {sent})")
 

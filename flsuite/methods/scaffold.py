@@ -115,9 +115,7 @@ class Scaffold(Method):
     #: BatchNorm statistics); the full weights are not sent.
     weights_up = "buffers"
 
-    def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
-    ) -> tuple[Weights, State]:
+    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
         # buffers (and anything without a control variate): FedAvg; parameters: x + η_g mean(Δy)
         new = sample_average(results)
         m = len(results)

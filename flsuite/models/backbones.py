@@ -98,8 +98,7 @@ class _ResNetSpec(ModelSpec):
         if self.mean is not None and self.std is not None:
             if not (len(self.mean) == len(self.std) and len(self.mean) in (1, in_channels)):
                 raise ValueError(
-                    f"{type(self).__name__}: mean/std need 1 or {in_channels} values (the input channels), "
-                    f"got {len(self.mean)} and {len(self.std)}"
+                    f"{type(self).__name__}: mean/std need 1 or {in_channels} values (the input channels), got {len(self.mean)} and {len(self.std)}"
                 )
             normalize = Normalize(self.mean, self.std)
         return ResNetClassifier(self.layers, num_classes, in_channels, self.small_input, normalize)

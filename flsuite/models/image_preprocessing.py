@@ -62,5 +62,3 @@ def prepare_images(
     if x.shape[1] == 1:
         x = x.expand(-1, 3, -1, -1)
     return TF.normalize(x, list(mean), list(std))
-
-

@@ -40,6 +40,7 @@ from flsuite.sweep.report import (
     write_best_config,
     write_report,
 )
+from flsuite.sweep.samplers import grid_sampler, pruner_for, same_grid, sampler_for, suggest
 from flsuite.sweep.spec import (
     DISTRIBUTIONS,
     MACROS,
@@ -57,23 +58,41 @@ from flsuite.sweep.spec import (
     objective_value,
     per_round_key,
 )
-from flsuite.sweep.study import (
-    Sweep,
-    TrialFailed,
-    grid_sampler,
-    pruner_for,
-    read_new_records,
-    same_grid,
-    sampler_for,
-    stop,
-    suggest,
-)
+from flsuite.sweep.study import Sweep, TrialFailed, read_new_records, stop
 
-# The modules: spec (the W&B file -> a checked spec, the agent's command), study (optuna samplers, pruners, the
-# study and the trials), report (trials.md/csv, best.yaml, plots), cli (the command line).
+# The modules: spec (the W&B file -> a checked spec, the agent's command), samplers (optuna samplers, pruners, the
+# trials' parameters), study (the study and the trials), report (trials.md/csv, best.yaml, plots), cli (the command line).
 __all__ = [
-    "DISTRIBUTIONS", "MACROS", "METHODS", "PER_ROUND", "TOP_LEVEL_KEYS", "Sweep", "SweepError", "TrialFailed",
-    "args_flags", "check_fit_args", "distribution", "expand_command", "fit_args", "fmt", "grid_sampler", "grid_size",
-    "load_sweep", "main", "note", "objective_value", "parser", "per_round_key", "plots", "pruner_for",
-    "read_new_records", "same_grid", "sampler_for", "stop", "suggest", "trial_rows", "write_best_config", "write_report",
+    "DISTRIBUTIONS",
+    "MACROS",
+    "METHODS",
+    "PER_ROUND",
+    "TOP_LEVEL_KEYS",
+    "Sweep",
+    "SweepError",
+    "TrialFailed",
+    "args_flags",
+    "check_fit_args",
+    "distribution",
+    "expand_command",
+    "fit_args",
+    "fmt",
+    "grid_sampler",
+    "grid_size",
+    "load_sweep",
+    "main",
+    "note",
+    "objective_value",
+    "parser",
+    "per_round_key",
+    "plots",
+    "pruner_for",
+    "read_new_records",
+    "same_grid",
+    "sampler_for",
+    "stop",
+    "suggest",
+    "trial_rows",
+    "write_best_config",
+    "write_report",
 ]

@@ -28,9 +28,16 @@ def trial_rows(sweep: Sweep, study: Any) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
         last_round = max(t.intermediate_values) if t.intermediate_values else None
-        row = {"trial": t.number, "state": t.state.name, sweep.metric: t.value, **{n: t.params.get(n, sweep.cfg["parameters"][n].get("value")) for n in names},
-               "rounds": last_round, "seconds": round(t.duration.total_seconds(), 1) if t.duration else None,
-               "run_dir": t.user_attrs.get("run_dir", ""), "note": note(t)}
+        row = {
+            "trial": t.number,
+            "state": t.state.name,
+            sweep.metric: t.value,
+            **{n: t.params.get(n, sweep.cfg["parameters"][n].get("value")) for n in names},
+            "rounds": last_round,
+            "seconds": round(t.duration.total_seconds(), 1) if t.duration else None,
+            "run_dir": t.user_attrs.get("run_dir", ""),
+            "note": note(t),
+        }
         rows.append(row)
     order = {TrialState.COMPLETE.name: 0, TrialState.PRUNED.name: 1}
     rows.sort(key=lambda r: (order.get(r["state"], 2), sign * r[sweep.metric] if r[sweep.metric] is not None else 0, r["trial"]))
@@ -48,9 +55,15 @@ def write_report(sweep: Sweep, study: Any) -> dict[str, Path]:
         writer.writeheader()
         writer.writerows(rows)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    lines = [f"## Sweep {sweep.name} ({sweep.file})", "",
-             (f"{sweep.cfg['method']} search, metric `{sweep.metric}` ({sweep.cfg['metric']['goal']}), "
-              f"{len(complete)} complete of {len(rows)} trials; study {sweep.out / 'study.db'}."), ""]
+    lines = [
+        f"## Sweep {sweep.name} ({sweep.file})",
+        "",
+        (
+            f"{sweep.cfg['method']} search, metric `{sweep.metric}` ({sweep.cfg['metric']['goal']}), "
+            f"{len(complete)} complete of {len(rows)} trials; study {sweep.out / 'study.db'}."
+        ),
+        "",
+    ]
     if rows:
         header = list(rows[0])
         lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
@@ -59,8 +72,10 @@ def write_report(sweep: Sweep, study: Any) -> dict[str, Path]:
         best = study.best_trial
         files["best"] = sweep.out / "best.yaml"
         write_best_config(Path(best.user_attrs["run_dir"]) / "config.yaml", files["best"], best.number, sweep.metric, best.value)
-        lines += ["", (f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; "
-                       f"rerun with `flsuite fit --config {files['best']}`.")]
+        lines += [
+            "",
+            (f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; rerun with `flsuite fit --config {files['best']}`."),
+        ]
         files.update(sweep.plots(study))
     (files["markdown"]).write_text("\n".join(lines) + "\n")
     return files
@@ -123,5 +138,4 @@ def write_best_config(config: Path, out: Path, number: int, metric: str, value: 
     cfg = yaml.safe_load(config.read_text())
     if isinstance(cfg, dict) and "run_dir" in cfg:
         cfg["run_dir"] = None
-    out.write_text(f"# Best trial {number} of the sweep ({metric} = {value:.4f}); from {config}\n"
-                   + yaml.safe_dump(cfg, sort_keys=False))
+    out.write_text(f"# Best trial {number} of the sweep ({metric} = {value:.4f}); from {config}\n" + yaml.safe_dump(cfg, sort_keys=False))

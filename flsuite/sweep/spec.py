@@ -13,8 +13,20 @@ import yaml
 from flsuite.records import ACC_MEAN, LAST_PREFIX, PER_ROUND, round_key_of
 
 METHODS = ("grid", "random", "bayes")
-TOP_LEVEL_KEYS = {"program", "command", "method", "metric", "parameters", "early_terminate", "name", "description",
-                  "project", "entity", "run_cap", "controller"}
+TOP_LEVEL_KEYS = {
+    "program",
+    "command",
+    "method",
+    "metric",
+    "parameters",
+    "early_terminate",
+    "name",
+    "description",
+    "project",
+    "entity",
+    "run_cap",
+    "controller",
+}
 DISTRIBUTIONS = ("uniform", "int_uniform", "log_uniform_values", "q_uniform", "categorical", "constant")
 MACROS = ("${env}", "${interpreter}", "${program}", "${args}", "${args_no_hyphens}")
 # PER_ROUND (flsuite.records): keys logged once per round (metrics.jsonl); every other metric name is looked up in

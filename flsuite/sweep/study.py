@@ -1,9 +1,7 @@
-"""The optuna side of a sweep: samplers and pruners for a spec, the study in SQLite, and trials run as processes.
+"""The optuna side of a sweep: the study in SQLite, and trials run as processes (samplers and pruners: samplers.py).
 
-Only optuna's public API is used. Where optuna's own GridSampler reaches into the study's storage (`study._storage`,
-`study._study_id`, `trial._trial_id`), the locked grid sampler and the re-queue go through the storage this module
-creates (an `optuna.storages.RDBStorage`, whose methods are the documented storage interface), finding the study
-and trial ids by the study's name and the trial's number.
+Only optuna's public API is used: the re-queue of interrupted trials goes through the storage this module creates (an
+`optuna.storages.RDBStorage`, whose methods are the documented storage interface), finding trial ids by number.
 """
 
 from __future__ import annotations
@@ -11,21 +9,18 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import math
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from pathlib import Path
 from typing import Any
 
 from flsuite.records import ROUND
 from flsuite.sweep.report import plots, trial_rows, write_report
+from flsuite.sweep.samplers import suggest
 from flsuite.sweep.spec import (
     SweepError,
-    distribution,
     expand_command,
     fit_args,
     grid_size,
@@ -39,95 +34,6 @@ log = logging.getLogger("flsuite.sweep")
 
 class TrialFailed(RuntimeError):
     """A trial's process exited with an error (its log says why)."""
-
-
-def same_grid(recorded: Mapping[str, Sequence[Any]], space: Mapping[str, Sequence[Any]]) -> bool:
-    """Whether a trial's recorded `search_space` is this grid (GridSampler's test: same names, same values in the
-    same order, NaN equal to NaN)."""
-    def nan(v: Any) -> bool:
-        return isinstance(v, Real) and math.isnan(float(v))
-
-    return set(recorded) == set(space) and all(
-        len(recorded[k]) == len(space[k]) and all(a == b or (nan(a) and nan(b)) for a, b in zip(recorded[k], space[k]))
-        for k in recorded)
-
-
-def grid_sampler(space: Mapping[str, Sequence[Any]], seed: int, storage: Any = None):
-    """optuna's GridSampler, with grid points handed out one at a time under a lock.
-
-    GridSampler gives trial n < grid size the point n and picks later trials' points at random among those not yet
-    taken; with `--workers 2` a trial created before its neighbour had its point could draw the same one (measured:
-    0.1 twice, 0.2 never, in 2 of 5 runs). Here a new trial takes the first point (in the seeded shuffled order) that
-    no trial holds, read and written under one lock; `flsuite sweep`'s lock file keeps a study to one process.
-    The points are read and recorded (the trial's `grid_id` and `search_space` system attributes, which
-    GridSampler samples from) through `storage`, the storage the study is created with; without it the sampler only
-    describes the grid."""
-    import optuna
-    from optuna.trial import TrialState
-
-    ordered = {name: list(values) for name, values in sorted(space.items())}  # GridSampler's order of the names
-    n_points = math.prod(len(values) for values in ordered.values())
-
-    class LockedGridSampler(optuna.samplers.GridSampler):
-        handout = threading.Lock()
-
-        def before_trial(self, study, trial):
-            if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
-                return  # a re-queued trial keeps its point
-            if storage is None:
-                raise RuntimeError("grid_sampler(storage=None) cannot hand out grid points; pass the study's storage")
-            with self.handout:
-                study_id = storage.get_study_id_from_name(study.study_name)
-                held = {t.system_attrs["grid_id"] for t in storage.get_all_trials(study_id, deepcopy=False)
-                        if "grid_id" in t.system_attrs and same_grid(t.system_attrs["search_space"], ordered)
-                        and (t.state != TrialState.FAIL or not t.user_attrs.get("interrupted"))}
-                free = [g for g in range(n_points) if g not in held]
-                if not free:  # every point done or running: optuna's behaviour (re-evaluate one, then stop)
-                    return super().before_trial(study, trial)
-                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-                storage.set_trial_system_attr(trial_id, "search_space", ordered)
-                storage.set_trial_system_attr(trial_id, "grid_id", free[0])
-
-    return LockedGridSampler(dict(space), seed=seed)
-
-
-def sampler_for(cfg: Mapping[str, Any], seed: int, storage: Any = None):
-    """The sampler of the file's `method`, seeded; a grid sampler hands out its points through `storage`."""
-    import optuna
-
-    if cfg["method"] == "grid":
-        return grid_sampler({k: s["values"] for k, s in cfg["parameters"].items() if "values" in s}, seed, storage)
-    if cfg["method"] == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
-
-
-def pruner_for(cfg: Mapping[str, Any]):
-    import optuna
-
-    early = cfg.get("early_terminate")
-    if not early:
-        return optuna.pruners.NopPruner()
-    return optuna.pruners.HyperbandPruner(min_resource=early.get("min_iter", 1), max_resource=early.get("max_iter", "auto"),
-                                          reduction_factor=early.get("eta", 3))
-
-
-def suggest(trial: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """One trial's parameter values, in the file's order (constants included)."""
-    params = {}
-    for name, spec in cfg["parameters"].items():
-        dist = distribution(name, spec)
-        if dist == "constant":
-            params[name] = spec["value"]
-        elif dist == "categorical":
-            params[name] = trial.suggest_categorical(name, spec["values"])
-        elif dist == "int_uniform":
-            params[name] = trial.suggest_int(name, spec["min"], spec["max"])
-        elif dist == "q_uniform":
-            params[name] = trial.suggest_float(name, spec["min"], spec["max"], step=spec.get("q", 1.0))
-        else:
-            params[name] = trial.suggest_float(name, spec["min"], spec["max"], log=dist == "log_uniform_values")
-    return params
 
 
 class Sweep:
@@ -158,9 +64,14 @@ class Sweep:
         existing = 0
         if self.cfg["method"] != "grid" and self.name in optuna.study.get_all_study_names(self.storage):
             existing = len(optuna.load_study(study_name=self.name, storage=self.storage).trials)
-        return optuna.create_study(study_name=self.name, storage=self.storage, direction=direction,
-                                   sampler=package.sampler_for(self.cfg, self.seed + existing, storage=self.storage),
-                                   pruner=package.pruner_for(self.cfg), load_if_exists=True)
+        return optuna.create_study(
+            study_name=self.name,
+            storage=self.storage,
+            direction=direction,
+            sampler=package.sampler_for(self.cfg, self.seed + existing, storage=self.storage),
+            pruner=package.pruner_for(self.cfg),
+            load_if_exists=True,
+        )
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
@@ -222,10 +133,15 @@ class Sweep:
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
             self.storage.set_trial_user_attr(trial_id, "interrupted", True)
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            study.add_trial(optuna.trial.create_trial(
-                state=TrialState.WAITING, params=t.params, distributions=t.distributions, user_attrs={"retry_of": t.number},
-                system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
-            ))
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=TrialState.WAITING,
+                    params=t.params,
+                    distributions=t.distributions,
+                    user_attrs={"retry_of": t.number},
+                    system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
+                )
+            )
             requeued.append(t.number)
         return requeued
 

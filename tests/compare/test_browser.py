@@ -27,8 +27,17 @@ CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium on PATH (Debian: apt-get install chromium)")
 
 # Without the background-networking flags headless Chromium hangs on refused connections (no internet here).
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--virtual-time-budget=5000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=5000",
+]
 WINDOW = (1000, 1100)
 TIMEOUT_S = 60
 FEDAVG = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg"}}
@@ -125,8 +134,7 @@ def report(tmp_path_factory) -> Path:
     for name, config, base in [("fedavg", FEDAVG, 40.0), ("fedprox", FEDPROX, 45.0)]:
         for seed in (0, 1):
             accs = [{"x": base + 8 * r + 2 * seed, "y": base - 10 + 6 * r - seed} for r in range(5)]
-            make_run(root / "runs" / f"{name}_s{seed}", accs, 2, bytes_up=[1000 + 10 * r for r in range(5)],
-                     config=config | {"seed": seed})
+            make_run(root / "runs" / f"{name}_s{seed}", accs, 2, bytes_up=[1000 + 10 * r for r in range(5)], config=config | {"seed": seed})
     out = root / "report"
     assert main([str(root / "runs"), "--out", str(out), "--title", "Browser check"]) == 0
     return out / "compare.html"
@@ -162,7 +170,7 @@ def test_probe_sees_a_corrupted_png(report: Path, tmp_path: Path):
     broken = tmp_path / "compare.html"
     page = report.read_text()
     start = page.index("base64,") + len("base64,")
-    broken.write_text(page[:start] + "AAAA" * 16 + page[start + 64:])
+    broken.write_text(page[:start] + "AAAA" * 16 + page[start + 64 :])
     seen = probe(broken)
     assert seen["images"] == 1 and seen["width"] == 0, seen
 

@@ -25,8 +25,15 @@ from flsuite.metrics import domain_summary, final_summary
 METHODS = {"fedavg": "flsuite.methods.fedavg.FedAvg", "fedprox": "flsuite.methods.fedprox.FedProx"}
 
 
-def make_run(path: Path, accs: list[dict[str, float]], last_k: int, bytes_up: list[int] | None = None,
-             round_s: list[float] | None = None, finished: bool = True, config: dict | None = None) -> Path:
+def make_run(
+    path: Path,
+    accs: list[dict[str, float]],
+    last_k: int,
+    bytes_up: list[int] | None = None,
+    round_s: list[float] | None = None,
+    finished: bool = True,
+    config: dict | None = None,
+) -> Path:
     """A run folder as `flsuite fit` writes it: metrics.jsonl, timings.jsonl, config.yaml and summary.json. The
     config names the method of a `fedavg`/`fedprox` parent folder and the seed of a `seed<k>` folder."""
     path.mkdir(parents=True)
@@ -93,16 +100,30 @@ def test_a_protocol_of_phases_is_costed_whole(tmp_path: Path):
     run.mkdir(parents=True)
     history = [
         {"round": 0, "phase": "cluster", "bytes_up": 512},  # the subspace query's bytes: counted once, from the summary
-        *({"round": r, "phase": f"experts/expert{v}", f"expert{v}/clients": [v], f"expert{v}/bytes_up": 100 * (v + 1),
-           f"expert{v}/bytes_down": 10 * (v + 1)} for v in (0, 1) for r in (1, 2)),
+        *(
+            {"round": r, "phase": f"experts/expert{v}", f"expert{v}/clients": [v], f"expert{v}/bytes_up": 100 * (v + 1), f"expert{v}/bytes_down": 10 * (v + 1)}
+            for v in (0, 1)
+            for r in (1, 2)
+        ),
         {"round": 1, "phase": "calibrate", **domain_summary({"x": 80.0, "y": 60.0}), "stage1/bytes_up": 600, "stage2/bytes_up": 7000},
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-    (run / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in [
-        {"round": 0, "phase": "cluster", "time/cluster_s": 9.0},
-        {"round": 1, "phase": "experts/expert0", "expert0/time/round_s": 1.0}, {"round": 1, "phase": "experts/expert1", "expert1/time/round_s": 3.0}]))
-    summary = final_summary(history[-1:], 1) | {"query/fkpl/subspace/bytes_up": 512, "query/fkpl/subspace/bytes_down": 0,
-                                               "query/fkpl/virtual/bytes_up": 7000, "query/fkpl/virtual/bytes_down": 40000}
+    (run / "timings.jsonl").write_text(
+        "".join(
+            json.dumps(t) + "\n"
+            for t in [
+                {"round": 0, "phase": "cluster", "time/cluster_s": 9.0},
+                {"round": 1, "phase": "experts/expert0", "expert0/time/round_s": 1.0},
+                {"round": 1, "phase": "experts/expert1", "expert1/time/round_s": 3.0},
+            ]
+        )
+    )
+    summary = final_summary(history[-1:], 1) | {
+        "query/fkpl/subspace/bytes_up": 512,
+        "query/fkpl/subspace/bytes_down": 0,
+        "query/fkpl/virtual/bytes_up": 7000,
+        "query/fkpl/virtual/bytes_down": 40000,
+    }
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "setup.json").write_text(json.dumps({"setup/ggeur/bytes_up": 2048, "setup/ggeur/bytes_down": 1024, "fkpl/stage2/bytes_up": 7000}))
     _, rows = compare({"FKPL": [run]}).cost_rows()
@@ -225,8 +246,20 @@ def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     run = make_run(tmp_path / "runs" / "s" / "base" / "seed0", [{"x": 50.0}], 1)
     argv = ["cli.py", "fit", "--config", "b.yaml", "--seed", "0", "--progress", "false", "--wandb.enabled", "false", "--rounds", "50"]
     (run / "environment.json").write_text(json.dumps({"argv": argv}))
-    cmd = [sys.executable, str(root / "experiments" / "study.py"), "--name", "s", "--base", "b.yaml", "--variant", "base=",
-           "--seeds", "0", "--runs", str(tmp_path / "runs")]
+    cmd = [
+        sys.executable,
+        str(root / "experiments" / "study.py"),
+        "--name",
+        "s",
+        "--base",
+        "b.yaml",
+        "--variant",
+        "base=",
+        "--seeds",
+        "0",
+        "--runs",
+        str(tmp_path / "runs"),
+    ]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert f"{run} was run with the extra flsuite fit flags --rounds 50, but this invocation passes (none)" in done.stderr
@@ -288,8 +321,23 @@ def test_real_runs_side_by_side_compare_as_two_methods(tmp_path: Path, capsys):
     """`flsuite fit --run_dir` a FedAvg and a FedProx run (and a second FedAvg seed) into one folder, then compare."""
     from flsuite.cli import main as flsuite_main
 
-    base = ["fit", "--rounds", "1", "--progress", "false", "--wandb.enabled", "false", "--data", "GaussianFeatures",
-            "--data.init_args.dim", "8", "--data.init_args.samples_per_client", "32", "--model", "Linear"]
+    base = [
+        "fit",
+        "--rounds",
+        "1",
+        "--progress",
+        "false",
+        "--wandb.enabled",
+        "false",
+        "--data",
+        "GaussianFeatures",
+        "--data.init_args.dim",
+        "8",
+        "--data.init_args.samples_per_client",
+        "32",
+        "--model",
+        "Linear",
+    ]
     for name, extra in [("fedavg0", []), ("fedavg1", ["--seed", "1"]), ("fedprox0", ["--method", "FedProx"])]:
         assert flsuite_main([*base, *extra, "--run_dir", str(tmp_path / "runs" / name)]) == 0
     capsys.readouterr()
@@ -306,5 +354,4 @@ def test_labels_name_every_key_that_differs_so_they_are_unique(tmp_path: Path):
         make_run(tmp_path / name, [{"x": 50.0}], 1, config=fedprox(0.01) | {"local": values})
     labels = list(group_by_experiment([tmp_path / n for n in "abc"]))
     assert len(set(labels)) == 3
-    assert labels[0] == ("FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, "
-                         "local.weight_decay=0.0)")
+    assert labels[0] == ("FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, local.weight_decay=0.0)")

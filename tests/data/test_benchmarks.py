@@ -113,9 +113,7 @@ def test_missing_folder_is_named(tmp_path):
 @pytest.mark.skipif(not (SHARED / "usps" / "usps.mat").is_file(), reason="shared USPS file absent")
 def test_digits_offline_suite_with_paper_fractions():
     pytest.importorskip("pureml")
-    source = Benchmark(
-        "digits_offline", root=SHARED, partition=DomainSkew(fraction=0.1), syn_samples=(500, 200), max_test_per_domain=300
-    )
+    source = Benchmark("digits_offline", root=SHARED, partition=DomainSkew(fraction=0.1), syn_samples=(500, 200), max_test_per_domain=300)
     data = source.build(seed=0)
     sizes = {c.domain: len(c.train) for c in data.clients}
     assert sizes["mnist"] == 6000 and sizes["usps"] == 729  # 10% of 60,000 and of 7,291

@@ -57,9 +57,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def scan(root: Path, domains: tuple[str, ...] = ("amazon", "caltech")) -> dict[str, list[tuple[Path, int]]]:
-    return scan_image_folder(
-        root, domains, CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES
-    )
+    return scan_image_folder(root, domains, CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES)
 
 
 def test_normalise_name() -> None:

@@ -93,9 +93,7 @@ def test_deterministic_given_rng_and_valid(name: str, make: Callable[[], Partiti
     _check_valid(a, labels)
     assert [c.domain for c in a] == [c.domain for c in b]
     assert all(np.array_equal(x.indices, y.indices) for x, y in zip(a, b, strict=True))
-    differs = [c.domain for c in a] != [c.domain for c in other] or any(
-        not np.array_equal(x.indices, y.indices) for x, y in zip(a, other, strict=True)
-    )
+    differs = [c.domain for c in a] != [c.domain for c in other] or any(not np.array_equal(x.indices, y.indices) for x, y in zip(a, other, strict=True))
     assert differs == random
 
 
@@ -292,9 +290,7 @@ def test_bad_arguments_raise(make: Callable[[], Partitioner], match: str) -> Non
         make()
 
 
-@pytest.mark.parametrize(
-    "make", [lambda: IID(2), lambda: Dirichlet(2), lambda: Centralised()], ids=["iid", "dirichlet", "centralised"]
-)
+@pytest.mark.parametrize("make", [lambda: IID(2), lambda: Dirichlet(2), lambda: Centralised()], ids=["iid", "dirichlet", "centralised"])
 def test_single_domain_protocols_reject_several_domains(make: Callable[[], Partitioner]) -> None:
     with pytest.raises(DataError, match=r"3 domains \['mnist', 'svhn', 'usps'\].*DomainSkew"):
         make().split(LABELS, C, _rng(0))

@@ -99,9 +99,7 @@ def test_global_model_is_the_weighted_average_of_client_models(tmp_path):
     fed.fit()
     assert len(captured) == 3
     sizes = [r.num_samples for r in captured]
-    expected = {
-        k: sum(r.weights[k].double() * n for r, n in zip(captured, sizes)) / sum(sizes) for k in captured[0].weights
-    }
+    expected = {k: sum(r.weights[k].double() * n for r, n in zip(captured, sizes)) / sum(sizes) for k in captured[0].weights}
     got = load_checkpoint(tmp_path).global_weights
     for k in expected:
         torch.testing.assert_close(got[k].double(), expected[k], rtol=0, atol=1e-7)

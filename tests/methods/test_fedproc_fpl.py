@@ -88,12 +88,14 @@ def test_finch_groups_first_neighbours_and_keeps_the_coarsest_partition_above_on
 
 def test_fpl_cluster_and_unbiased_prototypes():
     # class 0: clients 0, 1 point one way, clients 2, 3 another → two cluster prototypes; class 1: only client 2 has it
-    got = cluster_prototypes([
-        result(0, [[1.0, 0.0], [0, 0]], [True, False]),
-        result(1, [[0.9, 0.1], [0, 0]], [True, False]),
-        result(2, [[0.0, 1.0], [4, 4]], [True, True]),
-        result(3, [[0.1, 0.9], [0, 0]], [True, False]),
-    ])
+    got = cluster_prototypes(
+        [
+            result(0, [[1.0, 0.0], [0, 0]], [True, False]),
+            result(1, [[0.9, 0.1], [0, 0]], [True, False]),
+            result(2, [[0.0, 1.0], [4, 4]], [True, True]),
+            result(3, [[0.1, 0.9], [0, 0]], [True, False]),
+        ]
+    )
     assert got["mask"].tolist() == [[True, True], [True, False]]
     clusters = {tuple(round(v, 4) for v in got["protos"][0, i].tolist()) for i in range(2)}
     assert clusters == {(0.95, 0.05), (0.05, 0.95)}

@@ -139,7 +139,14 @@ def test_each_cluster_trains_its_own_expert_on_its_members_only(tmp_path):
         rows = [r for r in records(tmp_path) if r.get("phase") == f"experts/expert{v}"]
         assert [r[f"expert{v}/clients"] for r in rows] == [group, group]
     # expert 1 is a FedAvg run restricted to clients 2 and 3
-    head_federation(tmp_path / "sub", data=PlantedSubspaces(), model=MLP(hidden=(8,)), rounds=2, local=_local(), protocol=[Rounds(name="x", clients=[2, 3], method=FedAvg())]).fit()
+    head_federation(
+        tmp_path / "sub",
+        data=PlantedSubspaces(),
+        model=MLP(hidden=(8,)),
+        rounds=2,
+        local=_local(),
+        protocol=[Rounds(name="x", clients=[2, 3], method=FedAvg())],
+    ).fit()
     got = load_checkpoint(tmp_path).outputs["experts/expert1"]["weights"]
     want = load_checkpoint(tmp_path / "sub").global_weights
     assert all(torch.equal(got[k], want[k]) for k in want)
@@ -208,9 +215,7 @@ def test_the_federated_head_control_trains_only_the_head_over_frozen_experts(tmp
     assert [r["head/bytes_up"] for r in rows] == [6 * head_bytes] * 2
     assert summary["last/acc_mean"] == rows[-1]["head/acc_mean"]
     state = load_checkpoint(tmp_path)
-    enc = encoder_weights(
-        [state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3))
-    )
+    enc = encoder_weights([state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3)))
     final = state.outputs["calibrate/head"]["weights"]
     assert all(torch.equal(final[k], enc[k]) for k in enc)  # F unchanged by the federated rounds
 

@@ -112,7 +112,7 @@ def test_generated_samples_follow_the_global_class_geometry():
     original = data.clients[1].train
     pooled = pooled_covariance([class_statistics(c.train.x[c.train.y == 0]) for c in data.clients]).cov
     local = class_statistics(original.x[original.y == 0]).cov
-    generated = x[len(original):][y[len(original):] == 0].double()
+    generated = x[len(original) :][y[len(original) :] == 0].double()
     empirical = torch.cov(generated.T, correction=0)
     assert torch.linalg.norm(empirical - (pooled + local)) / torch.linalg.norm(pooled + local) < 0.1
     assert out.metrics["bytes_up"] == 3 * 3 * (1 + 5 + 25) * 8  # 3 clients × 3 classes × (n, μ, Σ) in float64
@@ -131,7 +131,11 @@ def test_ggeur_composes_with_fedavg_by_config(tmp_path):
 def test_ggeur_refuses_pixels():
     from flsuite.data.base import DataError
 
-    images = FederatedData([ClientData(0, "d", Split(torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long)))], {"d": Split(torch.zeros(2, 1, 8, 8), torch.zeros(2, dtype=torch.long))}, 2)
+    images = FederatedData(
+        [ClientData(0, "d", Split(torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long)))],
+        {"d": Split(torch.zeros(2, 1, 8, 8), torch.zeros(2, dtype=torch.long))},
+        2,
+    )
     with pytest.raises(DataError, match="embedding vectors"):
         GGEUR().run(images, seed=0)
 

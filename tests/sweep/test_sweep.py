@@ -164,7 +164,7 @@ def test_mapping_to_optuna():
     assert sw.objective_value({"last/acc_mean": 3.0}, "acc_mean", Path("s")) == 3.0
 
 
-FAKE_FIT = '''
+FAKE_FIT = """
 import json, sys, time
 ROUND_S = 0.15  # slow enough for the sweep's poll (0.05 s) to see a round before the next, even on a busy machine
 from pathlib import Path
@@ -176,7 +176,7 @@ with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"round": r, "acc_mean": x * r}) + "\\n"); f.flush(); time.sleep(ROUND_S)
 (run / "config.yaml").write_text("x: %s\\nrun_dir: %s\\n" % (x, run))
 (run / "summary.json").write_text(json.dumps({"last5/acc_mean": x * 18}))
-'''
+"""
 
 
 def test_trials_report_per_round_values_and_a_pruned_trial_is_stopped(tmp_path: Path, monkeypatch):
@@ -184,11 +184,17 @@ def test_trials_report_per_round_values_and_a_pruned_trial_is_stopped(tmp_path: 
     (tmp_path / "flsuite").mkdir()
     (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT)
     file = tmp_path / "fake.yaml"
-    file.write_text(yaml.safe_dump({
-        "program": "flsuite/cli.py", "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"},
-        "parameters": {"x": {"values": [1.0, 0.1]}},
-        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
-    }))
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "program": "flsuite/cli.py",
+                "method": "grid",
+                "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+                "parameters": {"x": {"values": [1.0, 0.1]}},
+                "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+            }
+        )
+    )
     monkeypatch.setattr(sw, "pruner_for", lambda cfg: optuna.pruners.ThresholdPruner(lower=1.0))  # prunes x = 0.1 at once
     study = sw.Sweep(file, tmp_path / "out", workers=2, poll_s=0.05).run()
     by_x = {t.params["x"]: t for t in study.trials}
@@ -218,8 +224,9 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     out = tmp_path / "sweep"
     argv = ["sweeps/fedprox_mu.yaml", "--trials", "3", "--out", str(out), "--", "--rounds=1", "--local.epochs=1", "--wandb.enabled=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.Popen([sys.executable, "-m", "flsuite.cli", "sweep", *argv], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flsuite.cli", "sweep", *argv], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     while not completed(out / "study.db") and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -265,10 +272,16 @@ def test_a_resumed_random_sweep_does_not_replay_its_samples(tmp_path: Path):
     (tmp_path / "flsuite").mkdir()
     (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
     file = tmp_path / "random.yaml"
-    file.write_text(yaml.safe_dump({
-        "method": "random", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"min": 0.0, "max": 1.0}},
-        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
-    }))
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "method": "random",
+                "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+                "parameters": {"x": {"min": 0.0, "max": 1.0}},
+                "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+            }
+        )
+    )
     sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(2)
     study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(4)  # resumed: two more
     xs = [t.params["x"] for t in study.trials]
@@ -279,10 +292,16 @@ def test_a_resumed_grid_sweep_visits_each_point_once(tmp_path: Path):
     (tmp_path / "flsuite").mkdir()
     (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
     file = tmp_path / "grid.yaml"
-    file.write_text(yaml.safe_dump({
-        "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"values": [0.1, 0.2, 0.3, 0.4, 0.5]}},
-        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
-    }))
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "method": "grid",
+                "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+                "parameters": {"x": {"values": [0.1, 0.2, 0.3, 0.4, 0.5]}},
+                "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+            }
+        )
+    )
     for n in (1, 3, 5):  # three sessions, as after two kills
         study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run(n)
     assert sorted(t.params["x"] for t in study.trials) == [0.1, 0.2, 0.3, 0.4, 0.5]
@@ -297,10 +316,16 @@ def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point
     (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)"))
     file = tmp_path / "grid.yaml"
     values = [0.1, 0.2, 0.3, 0.4]
-    file.write_text(yaml.safe_dump({
-        "method": "grid", "metric": {"name": "last5/acc_mean", "goal": "maximize"}, "parameters": {"x": {"values": values}},
-        "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
-    }))
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "method": "grid",
+                "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+                "parameters": {"x": {"values": values}},
+                "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+            }
+        )
+    )
     first = sw.Sweep(file, tmp_path / "out", poll_s=0.02)
     first.run(1)
     study = first.study()

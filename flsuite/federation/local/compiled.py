@@ -84,9 +84,16 @@ def compiled_loss_and_grads(layout: Layout) -> Callable:
     return compiled_copy(_loss_and_grads, layout, compiled_loss_and_grads.cache_info().currsize)
 
 
-def _sgd_steps(loss_module: _LocalLoss, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-               offsets: dict[str, torch.Tensor], lr: torch.Tensor, rule: tuple[float, float, float, bool, bool],
-               xs: torch.Tensor, ys: torch.Tensor):
+def _sgd_steps(
+    loss_module: _LocalLoss,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    offsets: dict[str, torch.Tensor],
+    lr: torch.Tensor,
+    rule: tuple[float, float, float, bool, bool],
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+):
     """len(xs) SGD steps, the t-th on batch (xs[t], ys[t]), as one `scan`: each step differentiates the loss at the
     current parameters, adds the method's constant gradient offset o (`ClientModule.gradient_offset`, 0 where it has
     none) and applies torch's SGD rule (torch.optim.SGD's documentation), with the momentum buffers b already created
@@ -143,8 +150,10 @@ def stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     epoch's batches: `split` views of one gather) are viewed in place instead of copied, if they start it."""
     first = tensors[0]
     size, storage, offset = first.numel(), first.untyped_storage().data_ptr(), first.storage_offset()
-    if offset == 0 and all(t.is_contiguous() and t.shape == first.shape and t.storage_offset() == i * size
-                           and t.untyped_storage().data_ptr() == storage for i, t in enumerate(tensors)):
+    if offset == 0 and all(
+        t.is_contiguous() and t.shape == first.shape and t.storage_offset() == i * size and t.untyped_storage().data_ptr() == storage
+        for i, t in enumerate(tensors)
+    ):
         return first.as_strided((len(tensors), *first.shape), (size, *first.stride()), 0)
     return torch.stack(list(tensors))
 
@@ -169,8 +178,9 @@ class CompiledSteps:
         parameters the loss reaches: at least one), unless the layout's scan could not be captured."""
         return self.scans and bool(self.backward.reached) and self.backward.layout not in _UNSCANNED
 
-    def epoch(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-              one_step: Callable[[torch.Tensor, torch.Tensor, Callable], torch.Tensor]) -> list[torch.Tensor]:
+    def epoch(
+        self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], one_step: Callable[[torch.Tensor, torch.Tensor, Callable], torch.Tensor]
+    ) -> list[torch.Tensor]:
         """Train on `batches`; `one_step(x, y, backward)` is the lean loop's step with a given backward. Returns the
         losses, in step order, as 1-d tensors."""
         losses, i, full = [], 0, self.backward.full_batch
@@ -212,8 +222,12 @@ class CompiledSteps:
             params, buffers, grads, losses = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
         except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
-            logger.warning("local.loop: compiled steps %s one batch per compiled call: its local_loss could not be "
-                           "scanned over a run of batches (%s: %s)", type(self.client).__name__, type(e).__name__, first_line(e))
+            logger.warning(
+                "local.loop: compiled steps %s one batch per compiled call: its local_loss could not be scanned over a run of batches (%s: %s)",
+                type(self.client).__name__,
+                type(e).__name__,
+                first_line(e),
+            )
             return None
         with torch.no_grad():
             for n, p in reached:

@@ -18,6 +18,7 @@ Layout = tuple[type, tuple[tuple[str, torch.Size, torch.dtype, torch.device], ..
 #: What dynamo raises when it cannot capture a loss in one graph.
 CAPTURE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
+
 class _DropNoCudaRuntime(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("No CUDA runtime is found")
@@ -55,8 +56,6 @@ def compiled_copy(fn: Callable, layout: Layout, count: int) -> Callable:
     code = fn.__code__.replace(co_name=name, co_qualname=name)  # new code, same bytecode; dynamo's
     copy = types.FunctionType(code, fn.__globals__, name)  # automatic-dynamic state is keyed by name too
     return torch.compile(copy, fullgraph=True, dynamic=False)
-
-
 
 
 def first_line(error: Exception, limit: int = 400) -> str:

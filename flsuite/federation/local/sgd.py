@@ -51,10 +51,20 @@ def optimizer_step(optimizer: torch.optim.Optimizer, fused: bool = False) -> Cal
                 grads = [p.grad for p in params]
                 momentum = group["momentum"]
                 buffers = [optimizer.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
-                functional_sgd(params, grads, buffers, has_sparse_grad=any(g.is_sparse for g in grads),
-                               foreach=False, fused=fused, weight_decay=group["weight_decay"], momentum=momentum,
-                               lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
-                               maximize=group["maximize"])
+                functional_sgd(
+                    params,
+                    grads,
+                    buffers,
+                    has_sparse_grad=any(g.is_sparse for g in grads),
+                    foreach=False,
+                    fused=fused,
+                    weight_decay=group["weight_decay"],
+                    momentum=momentum,
+                    lr=group["lr"],
+                    dampening=group["dampening"],
+                    nesterov=group["nesterov"],
+                    maximize=group["maximize"],
+                )
                 if momentum != 0:
                     for p, buffer in zip(params, buffers):
                         optimizer.state[p]["momentum_buffer"] = buffer
@@ -69,11 +79,17 @@ def is_wrapper_free_sgd(optimizer: torch.optim.Optimizer) -> bool:
     nor foreach, over CPU parameters (where torch's default is the single-tensor loop)."""
     if type(optimizer) is not torch.optim.SGD or "step" in vars(optimizer):
         return False
-    hooks = [getattr(optimizer, "_optimizer_step_pre_hooks", None), getattr(optimizer, "_optimizer_step_post_hooks", None),
-             getattr(torch_optimizer, "_global_optimizer_pre_hooks", None), getattr(torch_optimizer, "_global_optimizer_post_hooks", None)]
+    hooks = [
+        getattr(optimizer, "_optimizer_step_pre_hooks", None),
+        getattr(optimizer, "_optimizer_step_post_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_pre_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_post_hooks", None),
+    ]
     if any(h is None or len(h) > 0 for h in hooks):  # a hook, or a torch that keeps them elsewhere
         return False
     if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
         return False
-    return all(not group.get("differentiable", True) and not group.get("fused") and not group.get("foreach")
-               and all(p.device.type == "cpu" for p in group["params"]) for group in optimizer.param_groups)
+    return all(
+        not group.get("differentiable", True) and not group.get("fused") and not group.get("foreach") and all(p.device.type == "cpu" for p in group["params"])
+        for group in optimizer.param_groups
+    )

@@ -70,8 +70,7 @@ def scanned_calls(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize(("batch_size", "runs", "steps"), [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)],
-                         ids=["equal batches", "a smaller last batch"])
+@pytest.mark.parametrize(("batch_size", "runs", "steps"), [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)], ids=["equal batches", "a smaller last batch"])
 def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs, steps):
     """FedAvg with SGD: nothing runs between two steps, so after the fit's first (eager) step each epoch's full
     batches are one call (44 samples: 11 batches of 4, or 5 of 8 and a last one of 4, which runs eagerly)."""
@@ -104,8 +103,9 @@ class ClippedFedAvg(FedAvg):
     client_module = ClippingClient
 
 
-@pytest.mark.parametrize(("method", "kwargs"), [(ClippedFedAvg(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})],
-                         ids=["a before_optimizer_step hook", "Adam"])
+@pytest.mark.parametrize(
+    ("method", "kwargs"), [(ClippedFedAvg(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})], ids=["a before_optimizer_step hook", "Adam"]
+)
 def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch, method, kwargs):
     """Method code between two steps (here gradient clipping), or an optimiser other than plain SGD: each batch is
     one compiled forward-and-backward, the hook and the optimiser's step run between them, as in the lean loop."""
@@ -174,10 +174,17 @@ def test_fedntd_scans(monkeypatch):
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("rule", [
-    {"momentum": 0.9, "weight_decay": 1e-2}, {"momentum": 0.9, "dampening": 0.3}, {"momentum": 0.8, "nesterov": True, "weight_decay": 1e-3},
-    {"momentum": 0.0, "weight_decay": 1e-2}, {"momentum": 0.5, "maximize": True},
-], ids=["momentum+decay", "dampening", "nesterov", "no momentum", "maximize"])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"momentum": 0.9, "weight_decay": 1e-2},
+        {"momentum": 0.9, "dampening": 0.3},
+        {"momentum": 0.8, "nesterov": True, "weight_decay": 1e-3},
+        {"momentum": 0.0, "weight_decay": 1e-2},
+        {"momentum": 0.5, "maximize": True},
+    ],
+    ids=["momentum+decay", "dampening", "nesterov", "no momentum", "maximize"],
+)
 def test_scanned_steps_follow_torch_sgd(rule):
     """`_sgd_steps` (eager scan) against torch.optim.SGD with a gradient offset added after backward, after a first
     torch step that creates the buffers."""
@@ -303,10 +310,13 @@ def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
         client_fits("compiled", method=FedProto())
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"loop": "jit"}, "local.loop must be 'lean', 'standard' or 'compiled', got 'jit'"),
-    ({"loop": "compiled", "precision": "16-mixed"}, "needs local.loop: standard"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"loop": "jit"}, "local.loop must be 'lean', 'standard' or 'compiled', got 'jit'"),
+        ({"loop": "compiled", "precision": "16-mixed"}, "needs local.loop: standard"),
+    ],
+)
 def test_bad_loop_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LocalTraining(**kwargs)

@@ -92,8 +92,10 @@ def two_optimizers(**kwargs) -> tuple[nn.Module, torch.optim.Optimizer, nn.Modul
     return a, torch.optim.SGD(a.parameters(), **kwargs), b, torch.optim.SGD(b.parameters(), **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"lr": 0.1}, {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
-                                    {"lr": 0.1, "momentum": 0.9, "nesterov": True, "maximize": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"lr": 0.1}, {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01}, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "maximize": True}],
+)
 def test_the_step_follows_the_groups_and_skips_parameters_without_gradients(kwargs):
     """lr changed between steps, a frozen last layer (no .grad: step() skips it, weight decay included), the
     momentum buffers in optimizer.state as step() keeps them."""
