@@ -249,6 +249,10 @@ class Tracker:
         self.wandb_run = None
 
 
+#: The partition heat-map labels every client up to this many, every k-th client beyond.
+MAX_LABELLED_CLIENTS = 40
+
+
 def plot_partition(stats: Mapping[str, Any], path: Path) -> None:
     """Heat-map of samples per client (rows) per class (columns)."""
     import matplotlib
@@ -257,11 +261,14 @@ def plot_partition(stats: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     counts = np.array([c["per_class"] for c in stats["clients"]])
-    fig, ax = plt.subplots(figsize=(max(4, 0.35 * counts.shape[1] + 2), max(2.5, 0.3 * counts.shape[0] + 1.5)))
-    im = ax.imshow(counts, aspect="auto", cmap="viridis")
+    rows = counts.shape[0]
+    # a bounded figure and labels: one label per client took ~20 s of a 1,000-client run's start-up (docs/scale-out.md)
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * counts.shape[1] + 2), min(12, max(2.5, 0.3 * rows + 1.5))))
+    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
-    ax.set_yticks(range(counts.shape[0]), [f"{c['client']} ({c['domain']})" for c in stats["clients"]], fontsize=7)
+    shown = range(0, rows, -(-rows // MAX_LABELLED_CLIENTS))
+    ax.set_yticks(list(shown), [f"{stats['clients'][i]['client']} ({stats['clients'][i]['domain']})" for i in shown], fontsize=7)
     fig.colorbar(im, ax=ax, label="samples")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

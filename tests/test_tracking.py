@@ -84,3 +84,15 @@ def test_the_final_wandb_table_follows_last_k(tmp_path, monkeypatch):
     assert table.columns == ["domain", "last2_avg", "last"]
     assert [row[1] for row in table.data] == [summary[f"last2/acc/{d}"] for d in ("domain0", "domain1")]
     assert _json.loads((tmp_path / "summary.json").read_text())["last2/rounds"] == 2
+
+
+def test_the_partition_plot_of_a_large_federation_is_bounded(tmp_path):
+    """One label per client made a 1,000-client run's start-up ~20 s and its figure 300 inches tall."""
+    from PIL import Image
+
+    from flsuite.tracking import plot_partition
+
+    stats = {"clients": [{"client": k, "domain": "d", "per_class": [k % 3, 1, 2]} for k in range(2000)]}
+    plot_partition(stats, tmp_path / "p.png")
+    width, height = Image.open(tmp_path / "p.png").size
+    assert height <= 12 * 100 and width < 1000  # 2,000 rows at 0.3 inch each would be 60,000 px tall

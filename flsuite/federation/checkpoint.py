@@ -2,6 +2,8 @@
 with `torch.load(weights_only=True)` (no arbitrary unpickling).
 
 Randomness is derived from (seed, round, client, purpose), so no RNG state needs saving: the round number is enough.
+Client states are not in the checkpoint file itself but one file per client beside it, written when they change
+(`flsuite.federation.client_states`); the checkpoint names them.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from typing import Any
 
 import torch
 
+from flsuite.federation.client_states import ClientStates
 from flsuite.federation.task import State, Weights
 
-FORMAT_VERSION = 2
-#: Formats this version reads (1: before protocols of phases; such a checkpoint is phase 0 of the default protocol).
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+#: Formats this version reads (1: before protocols of phases, such a checkpoint is phase 0 of the default protocol;
+#: 2: every client's state inside the checkpoint file).
+READABLE_FORMATS = (1, 2, 3)
 CHECKPOINT_NAME = "last.pt"
+#: The folder of the client-state files, beside the checkpoint.
+CLIENTS_DIR = "clients"
 
 
 class CheckpointError(ValueError):
@@ -29,24 +35,32 @@ class CheckpointError(ValueError):
 class FederationState:
     """The whole run after `round` completed rounds of phase `phase` (an index into the protocol).
 
-    `global_weights`, `server_state`, `client_states` and `step_states` (one per server step) belong to the phase in
+    `global_weights`, `server_state`, `client_states`, `step_states` (one per server step) and `initial_weights` (the
+    phase's W₀, from which a client's initial state is made when it is first sampled) belong to the phase in
     progress; `outputs` holds what finished phases produced (e.g. their trained weights), by phase name.
+    `generation` counts the checkpoints that wrote client-state files (their names carry it).
     """
 
     round: int
     global_weights: Weights
     server_state: State
-    client_states: dict[int, State]
+    client_states: ClientStates
     history: list[dict[str, Any]] = field(default_factory=list)
     timings: list[dict[str, Any]] = field(default_factory=list)
     config_yaml: str = ""
     phase: int = 0
     step_states: list[State] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    initial_weights: Weights = field(default_factory=dict)
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.client_states, ClientStates):  # a plain mapping: every state given
+            self.client_states = ClientStates(values=self.client_states)
 
     @classmethod
     def empty(cls, phase: int = 0) -> FederationState:
-        return cls(round=0, global_weights={}, server_state={}, client_states={}, phase=phase)
+        return cls(round=0, global_weights={}, server_state={}, client_states=ClientStates(), phase=phase)
 
     def enter_phase(self, phase: int) -> None:
         """Start phase `phase` afresh (its own weights and states); history and outputs carry over."""
@@ -55,18 +69,24 @@ class FederationState:
 
     def restart_phase(self) -> None:
         """The phase in progress starts its rounds afresh (a nested phase: FKPL's next expert)."""
-        self.round, self.global_weights, self.server_state, self.client_states, self.step_states = 0, {}, {}, {}, []
+        self.round, self.global_weights, self.server_state, self.step_states = 0, {}, {}, []
+        self.client_states, self.initial_weights = ClientStates(), {}
 
 
 def save_checkpoint(state: FederationState, path: Path) -> None:
     """Write atomically (temp file + rename), so a kill mid-write leaves the previous checkpoint intact."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    root, generation = path.parent / CLIENTS_DIR, state.generation + 1
+    files = state.client_states.write_changed(root, generation)
     payload = {
         "format": FORMAT_VERSION,
         "round": state.round,
         "global_weights": state.global_weights,
         "server_state": state.server_state,
-        "client_states": {str(k): v for k, v in state.client_states.items()},
+        "client_ids": state.client_states.ids,
+        "client_files": {str(k): name for k, name in files.items()},
+        "initial_weights": state.initial_weights,
+        "generation": generation,
         "history": state.history,
         "timings": state.timings,
         "config_yaml": state.config_yaml,
@@ -77,6 +97,8 @@ def save_checkpoint(state: FederationState, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
+    state.client_states.committed(root, files)
+    state.generation = generation
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -115,11 +137,18 @@ def load_checkpoint(path: Path) -> FederationState:
         round=int(payload["round"]),
         global_weights=payload["global_weights"],
         server_state=payload["server_state"],
-        client_states={int(k): v for k, v in payload["client_states"].items()},
+        client_states=ClientStates(
+            [int(k) for k in payload.get("client_ids", [])],
+            values={int(k): v for k, v in payload.get("client_states", {}).items()},  # formats 1 and 2
+            files={int(k): name for k, name in payload.get("client_files", {}).items()},
+            root=path.parent / CLIENTS_DIR,
+        ),
         history=list(payload["history"]),
         timings=list(payload["timings"]),
         config_yaml=payload.get("config_yaml", ""),
         phase=int(payload.get("phase", 0)),
         step_states=list(payload.get("step_states", [])),
         outputs=dict(payload.get("outputs", {})),
+        initial_weights=payload.get("initial_weights", {}),
+        generation=int(payload.get("generation", 0)),
     )

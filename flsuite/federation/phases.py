@@ -30,6 +30,7 @@ import torch
 
 from flsuite import progress, records
 from flsuite.federation.checkpoint import FederationState
+from flsuite.federation.client_states import ClientStates
 from flsuite.federation.server import ServerStep, run_server_steps
 from flsuite.federation.task import (
     ClientFailure,
@@ -130,8 +131,11 @@ class Rounds(Phase):
         if not state.global_weights:  # a fresh phase
             weights = clone_weights(model.state_dict())
             state.global_weights, state.server_state = weights, method.init_server_state(weights)
-            state.client_states = {k: method.init_client_state(k, weights) for k in clients}
+            state.initial_weights = weights
+            state.client_states = ClientStates(clients)
             state.step_states = [s.init_state(weights, ctx) for s in steps]
+        initial = state.initial_weights  # a client first sampled (also after a resume) starts from init_client_state(k, W₀)
+        state.client_states.initial = lambda k: method.init_client_state(k, initial)
         global_model = model_spec.build(data.input_shape, data.num_classes)
         global_model.load_state_dict(state.global_weights)
         desc = settings.name if not self.prefix else f"{settings.name} {self.name}"

@@ -256,8 +256,8 @@ class Federation:
             found = {k: tuple(v.shape) for k, v in state.global_weights.items()}
             if expected != found:
                 raise ValueError(f"--resume {resume}: the checkpoint's model does not match this config's model")
-            if set(state.client_states) != set(range(len(fed.clients))):
-                raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states)} clients, this config {len(fed.clients)}")
+            if set(state.client_states.ids) != set(range(len(fed.clients))):
+                raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, this config {len(fed.clients)}")
         if state.phase >= len(self.protocol):
             raise ValueError(f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(self.protocol)} phases")
         return state
