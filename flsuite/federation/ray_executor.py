@@ -89,6 +89,8 @@ class RayExecutor(Executor):
         torch_threads: Intra-op threads of each worker's torch: "auto" (`flsuite.runtime.ThreadPolicy` over the
             worker's `cpus_per_client`: 1 for heads on feature vectors, `floor(cpus_per_client)` for image models),
             a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
+        spread: Place the workers (and any replacement) across the cluster's nodes (Ray's "SPREAD" scheduling)
+            instead of Ray's default, which fills the driver's node first.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class RayExecutor(Executor):
         gpus_per_client: float = 0.0,
         max_retries: int = 1,
         torch_threads: int | Literal["auto"] = "auto",
+        spread: bool = False,
     ) -> None:
         super().__init__(max_retries=max_retries)
         if num_workers is not None and num_workers < 1:
@@ -112,6 +115,7 @@ class RayExecutor(Executor):
             raise ValueError(f"RayExecutor torch_threads must be 'auto' or an integer >= 0, got {torch_threads!r}")
         self.address, self.num_cpus, self.num_workers = address, num_cpus, num_workers
         self.cpus_per_client, self.gpus_per_client, self.torch_threads = cpus_per_client, gpus_per_client, torch_threads
+        self.spread = spread
         self._owns_ray = False
         self._actors: list[Any] = []
         self._env_ref = None
@@ -127,7 +131,10 @@ class RayExecutor(Executor):
                 kwargs.update(num_cpus=self.num_cpus, include_dashboard=False)
             ray.init(**kwargs)
             self._owns_ray = True
-        self._actor_cls = ray.remote(_ClientWorker).options(num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0)
+        placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
+        self._actor_cls = ray.remote(_ClientWorker).options(
+            num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0, **placement
+        )
         self._env_ref = ray.put(self.env)
         n = self.num_workers or self._default_num_workers(ray)
         actors = [self._new_actor() for _ in range(n)]

@@ -1,0 +1,132 @@
+"""A real two-node Ray cluster on this machine (two raylets started with `ray start` on 127.0.0.1): `flsuite fit` with
+`address: auto` equals the serial run bit for bit, and a run that loses the second node in the middle of a round
+completes with the same metrics (the executor replaces the dead worker and retries its client). Each run is its own
+`flsuite fit` process, as a user's is."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flsuite.federation.method import ClientModule
+from flsuite.methods.fedavg import FedAvg
+from tests.helpers import write_config
+
+ray = pytest.importorskip("ray")
+ROOT = Path(__file__).resolve().parents[2]
+#: `ray start --head` turns on Ray's token authentication by default (Ray 2.5x): the test cluster on 127.0.0.1 opts
+#: out, for its nodes and drivers alike (docs/scale-out.md shows the token setup for a real cluster).
+AUTH = {"RAY_AUTH_MODE": "disabled"}
+#: Set in the second node's environment (its workers inherit it): the round in which that node's worker kills its raylet.
+KILL_AT = "FLSUITE_TEST_KILL_NODE_AT_ROUND"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_cli(*args: str, env: dict[str, str] | None = None) -> None:
+    ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
+    subprocess.run([ray_bin, *args], check=True, capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1; `ray stop --force` afterwards."""
+    import psutil  # a dependency of Ray's
+
+    running = [p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in ("raylet", "gcs_server")]
+    if running:
+        pytest.skip(f"Ray is already running on this machine ({', '.join(running)}); this test ends with `ray stop --force`")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
+    try:
+        ray_cli(
+            "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", env=env
+        )
+        ray_cli("start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", env={**env, KILL_AT: "2"})
+        yield f"127.0.0.1:{port}"
+    finally:
+        ray_cli("stop", "--force", env=env)
+
+
+class KillsItsNode(ClientModule):
+    """On the second node, in round `KILL_AT`, the worker kills its node's raylet (its parent) and dies with it."""
+
+    def begin(self) -> None:
+        if os.environ.get(KILL_AT) == str(self.task.round):
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(120)  # never returns: the node and this worker are gone
+
+
+class NodeLossFedAvg(FedAvg):
+    client_module = KillsItsNode
+
+
+CONFIG = {
+    "seed": 7,
+    "rounds": 3,
+    "data": {
+        "class_path": "flsuite.data.builtin.GaussianFeatures",
+        "init_args": {"dim": 8, "num_classes": 3, "num_domains": 2, "clients_per_domain": 3, "samples_per_client": 40, "test_per_domain": 40},
+    },
+    "model": {"class_path": "flsuite.models.heads.Linear"},
+    "local": {"epochs": 2, "batch_size": 16, "lr": 0.05},
+    "progress": False,
+    "wandb": {"enabled": False},
+}
+ON_THE_CLUSTER = [
+    "--executor=flsuite.federation.ray_executor.RayExecutor",
+    "--executor.init_args.address=auto",
+    "--executor.init_args.num_workers=2",
+    "--executor.init_args.spread=true",
+    "--executor.init_args.max_retries=2",
+]
+
+
+def fit(tmp_path: Path, name: str, cluster: str | None, *args: str) -> subprocess.CompletedProcess:
+    """`flsuite fit` as a user runs it, in its own process (on the cluster: `address: auto` finds it via RAY_ADDRESS)."""
+    config = write_config(tmp_path / "run.yaml", CONFIG)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
+    if cluster:
+        env["RAY_ADDRESS"] = cluster
+    cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config), f"--run_dir={tmp_path / name}", *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def nodes_alive(cluster: str) -> int:
+    probe = f"import ray; ray.init(address={cluster!r}); print(sum(1 for n in ray.nodes() if n['Alive']))"
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **AUTH}, capture_output=True, text=True, timeout=120)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes):
+    assert nodes_alive(two_nodes) == 2
+    fit(tmp_path, "serial", None)
+    done = fit(tmp_path, "cluster", two_nodes, *ON_THE_CLUSTER)
+    assert "RayExecutor: 2 workers" in done.stderr
+    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes):
+    method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
+    fit(tmp_path, "serial", None, method)  # no KILL_AT in this process's environment: nothing is killed
+    done = fit(tmp_path, "cluster", two_nodes, method, *ON_THE_CLUSTER)
+    died = [line for line in done.stderr.splitlines() if "worker died" in line]
+    assert died and all("round 2" in line for line in died)  # the client in flight on the lost node, retried elsewhere
+    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    assert nodes_alive(two_nodes) == 1  # the second node really went away
