@@ -115,24 +115,25 @@ def run_dir_of(checkpoint: Path) -> Path:
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
-def saved_config(path: Path) -> str:
-    """The resolved config a checkpoint was written with, read without loading its tensors (memory-mapped)."""
+def _read(path: Path, mmap: bool = False) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint file and its payload (memory-mapped: tensors are read only when touched)."""
     path = resolve_checkpoint(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
-    return payload.get("config_yaml", "") if isinstance(payload, dict) else ""
-
-
-def load_checkpoint(path: Path) -> FederationState:
-    path = resolve_checkpoint(path)
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
         raise CheckpointError(f"{path} is not an flsuite checkpoint of format {' or '.join(map(str, READABLE_FORMATS))}")
+    return path, payload
+
+
+def saved_config(path: Path) -> str:
+    """The resolved config a checkpoint was written with, read without loading its tensors."""
+    return _read(path, mmap=True)[1].get("config_yaml", "")
+
+
+def load_checkpoint(path: Path) -> FederationState:
+    path, payload = _read(path)
     return FederationState(
         round=int(payload["round"]),
         global_weights=payload["global_weights"],

@@ -82,10 +82,6 @@ class ClientStates(MutableMapping[int, State]):
     def ids(self) -> list[int]:
         return list(self._ids)
 
-    @property
-    def files(self) -> dict[int, str]:
-        return dict(self._files)
-
     def in_memory(self) -> int:
         """How many states are held in memory now (changed since the last checkpoint)."""
         return len(self._values)

@@ -140,17 +140,16 @@ class RunContext:
     def timings(self, phase: str) -> list[dict[str, Any]]:
         return [t for t in self.state.timings if t.get(PHASE) == phase]
 
-    def run_nested(self, phase: Phase, current_key: tuple[str, str]) -> None:
-        """Run `phase` inside the phase in progress (FKPL's experts, its federated head) unless it has published its
+    def run_nested(self, phase: Phase, inside: str) -> None:
+        """Run `phase` inside the phase `inside` (FKPL's experts, its federated head) unless it has published its
         outputs: a fresh start (`FederationState.restart_phase`) unless it is the one a resumed run was inside, which
-        `outputs[current_key[0]][current_key[1]]` records; checkpointed when it has finished."""
+        `outputs[inside]["current"]` records; checkpointed when it has finished."""
         if phase.name in self.state.outputs:
             return
-        owner, key = current_key
-        scratch = self.state.outputs.setdefault(owner, {})
-        if scratch.get(key) != phase.name:
+        scratch = self.state.outputs.setdefault(inside, {})
+        if scratch.get("current") != phase.name:
             self.state.restart_phase()
-            scratch[key] = phase.name
+            scratch["current"] = phase.name
         phase.run(self)
         self.checkpoint()
 

@@ -99,7 +99,7 @@ class FederatedHead(FedAvg):
     only the head travels each round."""
 
     def aggregate(self, round: int, global_weights: Weights, results, server_state: State, ctx=None) -> tuple[Weights, State]:
-        trained = weighted_average([{n: r.weights[n] for n in self.parameter_names} for r in results], self.aggregation_coefficients(results))
+        trained = weighted_average([self.travelling(r.weights, "trainable") for r in results], self.aggregation_coefficients(results))
         return {**global_weights, **trained}, server_state
 
     weights_up = weights_down = "trainable"
@@ -128,13 +128,13 @@ class Calibrate(FKPLPhase):
                 server_steps=[],
                 prefix="head/",
             )
-            ctx.run_nested(sub, current_key=(self.name, "current"))
+            ctx.run_nested(sub, inside=self.name)
             self.log_costs(ctx, cost)
             return
         if self.done(ctx):
             return
         ctx.use(ConcatExperts(settings.model, num, with_head=False), FedAvg())
-        protos = self.query_once(ctx, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
+        protos = ctx.query_once(self.name, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
         bc = {"protos": protos["value"]["protos"], "has": protos["value"]["has"], "cluster": torch.tensor(labels)}
         query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample)
 
@@ -146,7 +146,7 @@ class Calibrate(FKPLPhase):
                 "cluster": torch.cat([torch.full((len(ups[k]["labels"]),), labels[k]) for k in sorted(ups)]),  # known to the server: the sender
             }
 
-        virtual = self.query_once(ctx, "virtual", query, pool, broadcast=bc, weights=enc)
+        virtual = ctx.query_once(self.name, "virtual", query, pool, broadcast=bc, weights=enc)
         vx, vy, vc = virtual["value"]["x"], virtual["value"]["y"], virtual["value"]["cluster"]
         t0 = time.perf_counter()
         server = ctx.server_context(0)

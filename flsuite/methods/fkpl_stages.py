@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from flsuite.federation.phases import Phase, Rounds
-from flsuite.federation.query import ClientQuery, QueryOutcome
+from flsuite.federation.query import QueryOutcome
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
 
@@ -47,9 +46,6 @@ class FKPLPhase(Phase):
     def done(self, ctx: RunContext) -> bool:
         return bool(ctx.records(self.name))
 
-    def query_once(self, ctx: RunContext, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> dict[str, Any]:
-        return ctx.query_once(self.name, key, query, reduce, **kwargs)
-
 
 # ---- Stage 0 -----------------------------------------------------------------------------------------------------
 class ClusterClients(FKPLPhase):
@@ -68,7 +64,7 @@ class ClusterClients(FKPLPhase):
                 bases = [outcome.uploads()[k]["basis"] for k in range(m)]
                 return {"angles": torch.tensor(angle_matrix(bases, f.angle)), "scalars": scalars(bases)}
 
-            answer = self.query_once(ctx, "bases", SubspaceBasis(f.basis, f.per_class), reduce)
+            answer = ctx.query_once(self.name, "bases", SubspaceBasis(f.basis, f.per_class), reduce)
             angles, up, up_scalars, t_pre = answer["value"]["angles"].numpy(), answer["bytes_up"], answer["value"]["scalars"], answer["seconds"]
             t0 = time.perf_counter()
             labels = cluster(angles, f.threshold)
@@ -115,7 +111,7 @@ class TrainExperts(FKPLPhase):
     def run(self, ctx: RunContext) -> None:
         experts = self.experts(ctx)
         for phase in experts:
-            ctx.run_nested(phase, current_key=(self.name, "current"))
+            ctx.run_nested(phase, inside=self.name)
         ctx.publish(self.name, {**ctx.outputs(self.name), "phases": [p.name for p in experts], "weights": [ctx.outputs(p.name)["weights"] for p in experts]})
 
     def experts(self, ctx: RunContext) -> list[Rounds]:

@@ -124,3 +124,15 @@ def test_a_client_outside_the_phase_is_named():
     with pytest.raises(KeyError, match="client 5 is not a client of this phase"):
         states[5]
     assert isinstance(FederationState(0, {}, {}, {3: {}}).client_states, ClientStates)
+
+
+def test_a_checkpoint_saved_somewhere_new_takes_the_state_files_with_it(tmp_path):
+    head_federation(tmp_path / "a", **{**MANY, "rounds": 2}).fit()
+    moved = tmp_path / "b" / "checkpoints" / checkpoint.CHECKPOINT_NAME
+    save_checkpoint(load_checkpoint(tmp_path / "a"), moved)
+    original, again = load_checkpoint(tmp_path / "a"), load_checkpoint(moved)
+    assert sorted(again.client_states) == sorted(original.client_states)
+    assert set(state_files(tmp_path / "b")) == set(state_files(tmp_path / "a"))
+    for k in original.client_states:
+        a, b = original.client_states[k]["c_i"], again.client_states[k]["c_i"]
+        assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)

@@ -39,9 +39,6 @@ class LocalFit(L.LightningModule):
         self.automatic_optimization = client.local.loop == "standard"
         self._compiled_steps: CompiledSteps | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.client.model(x)
-
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.client.local.make_optimizer(self.client.model.parameters(), round=self.client.task.round)
 
