@@ -6,7 +6,7 @@ process. Reported per method: whether the compiled runs finish, the largest diff
 the lean run, and whether the two compiled runs agree to the bit; for a method dynamo cannot capture, the error the
 run stops with (abridged).
 
-    python benchmarks/compiled_loop_methods.py          # ~2 min on 2 cores; prints a Markdown table
+    python benchmarks/compiled_loop_methods.py [METHOD ...]     # ~3 min on 2 cores for all; prints a Markdown table
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from flsuite.federation import compiled
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.local import compiled
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import FedCiR, ProbabilisticEncoder
@@ -89,7 +89,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp())
     calls = scanned_calls()
     print("| method | compiled | steps per compiled call | max abs difference from lean | compiled rerun identical |\n|---|---|---|---|---|")
-    for name in CASES:
+    for name in sys.argv[1:] or CASES:
         lean = run(root, name, "lean")
         calls.clear()
         first, second = (run(root, name, loop) for loop in ("compiled", "compiled again"))

@@ -36,13 +36,18 @@ if TYPE_CHECKING:
 
 Travel = Literal["all", "trainable", "buffers"]
 
+#: What `ClientModule.local_loss` returns: the batch loss, or (loss, statistics): tensors of the batch that the
+#: method accumulates over the fit (representations and labels for class prototypes, labels for counts), which the
+#: loops hand to `ClientModule.gather` outside the differentiated loss.
+LocalLoss = torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]
+
 
 class ClientModule(nn.Module):
     """One client's local training in one round, as hooks: the method's client side.
 
     The loops that call them (`local.loop`: lean, standard, compiled; `flsuite.federation.local.loops`) run one
-    Lightning `Trainer.fit` per client. Per fit: `begin`, then per batch `local_loss → backward → + gradient_offset →
-    before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries `upload` and
+    Lightning `Trainer.fit` per client. Per fit: `begin`, then per batch `local_loss (→ gather) → backward → +
+    gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries `upload` and
     `next_state`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
     """
 
@@ -77,9 +82,17 @@ class ClientModule(nn.Module):
     def end(self) -> None:
         """Called when the fit has finished its last step."""
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The local objective on one batch; FedAvg: cross-entropy."""
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> LocalLoss:
+        """The local objective on one batch; FedAvg: cross-entropy. A method that accumulates statistics of its
+        batches returns (loss, statistics) and accumulates them in `gather`, never in place here: the loss must be a
+        pure function of the parameters, the batch and state fixed for the fit (what `local.loop: compiled`
+        differentiates and compiles)."""
         return F.cross_entropy(self.model(x), y)
+
+    def gather(self, statistics: dict[str, torch.Tensor]) -> None:
+        """Accumulate one step's statistics, as `local_loss` returned them but detached. Called once per step, in
+        step order, with no gradient recorded (under `local.loop: compiled`, after the compiled call that ran the
+        steps). Default: nothing."""
 
     def gradient_offset(self) -> dict[str, torch.Tensor]:
         """A constant added to the gradient of each named parameter of `self.model` after every backward, before

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
@@ -49,7 +50,7 @@ class FedDCClient(ClientModule):
         self._corrected = any(bool(v.any()) for v in self._correction.values())
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = super().local_loss(x, y)
+        loss = F.cross_entropy(self.model(x), y)
         params = [(n, p) for n, p in self.model.named_parameters() if n in self._anchor]
         prox = sum((p - self._target[n]).pow(2).sum() for n, p in params)
         loss = loss + 0.5 * self.method.alpha * prox

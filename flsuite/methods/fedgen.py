@@ -47,12 +47,10 @@ class FedGenClient(ClientModule):
         )
         self._counts = torch.zeros(head.out_features, dtype=torch.long, device=self.device)
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         m = self.method
         logits = self.model(x)
         loss = F.cross_entropy(logits, y)
-        if m.active():
-            self._counts += torch.bincount(y, minlength=len(self._counts))
         if self._frozen:
             gen, head, r = self._frozen["gen"], check_contract(self.model).head, self.task.round
             with torch.no_grad():
@@ -62,7 +60,11 @@ class FedGenClient(ClientModule):
                 target = F.softmax(head(z_y), dim=1)
             latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
             loss = loss + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen) + decayed(m.beta, m.decay, r) * latent
-        return loss
+        return loss, {"y": y} if m.active() else {}
+
+    def gather(self, statistics: dict[str, torch.Tensor]) -> None:
+        """The label counts the server's generator is trained on."""
+        self._counts += torch.bincount(statistics["y"], minlength=len(self._counts))
 
     def upload(self) -> dict:
         return {"label_counts": self._counts.cpu()} if self.method.active() else {}

@@ -45,18 +45,19 @@ class LastEpochPrototypes(ClientModule):
         # the last epoch's per-class sums [C, d] (float64) and counts [C], allocated at its first batch
         self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _collect(self, z: torch.Tensor, y: torch.Tensor, num_classes: int) -> None:
+    def gather(self, statistics: dict[str, torch.Tensor]) -> None:
+        """Sums the representations `z` by label `y` in the last local epoch (`logits` give the class count)."""
         if self.epoch != self.epochs - 1:
             return
-        with torch.no_grad():
-            if self._sums is None:
-                self._sums = (
-                    torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
-                    torch.zeros(num_classes, dtype=torch.long, device=z.device),
-                )
-            sums, counts = self._sums
-            sums.index_add_(0, y, z.detach().to(torch.float64))
-            counts += torch.bincount(y, minlength=num_classes)
+        z, y, num_classes = statistics["z"], statistics["y"], statistics["logits"].shape[1]
+        if self._sums is None:
+            self._sums = (
+                torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
+                torch.zeros(num_classes, dtype=torch.long, device=z.device),
+            )
+        sums, counts = self._sums
+        sums.index_add_(0, y, z.to(torch.float64))
+        counts += torch.bincount(y, minlength=num_classes)
 
     def upload(self) -> dict:
         if self._sums is None:
@@ -76,15 +77,14 @@ class FedProcClient(LastEpochPrototypes):
         self._protos: tuple[torch.Tensor, torch.Tensor] | None = (b["protos"].to(self.device), b["has"].to(self.device)) if "protos" in b else None
         self._alpha = float(b.get("alpha", 0.0))
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
-        self._collect(z, y, logits.shape[1])
         ce = F.cross_entropy(logits, y)
         if self._protos is None:
-            return ce
+            return ce, {"z": z, "y": y, "logits": logits}
         protos, has = self._protos
         pc = prototype_contrastive_loss(z, y, protos, has, self.method.tau)
-        return self._alpha * pc + (1.0 - self._alpha) * ce
+        return self._alpha * pc + (1.0 - self._alpha) * ce, {"z": z, "y": y, "logits": logits}
 
 
 def mean_prototypes(results: Sequence[ClientResult]) -> dict[str, torch.Tensor] | None:

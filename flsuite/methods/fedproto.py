@@ -25,8 +25,15 @@ from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, logits_as_representation
 
 
+def masked_mse(z: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`F.mse_loss(z[mask], target[mask])` without a data-dependent shape: the mean of (z − target)² over the
+    elements of the rows where `mask` holds; 0 where no row does."""
+    squared = torch.where(mask[:, None], (z - target).pow(2), torch.zeros_like(z))
+    return squared.sum() / (mask.sum().clamp(min=1) * z.shape[1])
+
+
 class FedProtoClient(ClientModule):
-    """CE + λ · MSE to the global prototypes; accumulates its own per-class mean representations."""
+    """CE + λ · MSE to the global prototypes; gathers its own per-class mean representations."""
 
     def begin(self) -> None:
         self._use_logits = logits_as_representation(self.model)
@@ -38,24 +45,24 @@ class FedProtoClient(ClientModule):
         # this fit's per-class sums [C, d] (float64) and counts [C], allocated at the first batch
         self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         loss = F.cross_entropy(logits, y)
         if self._protos is not None:
             protos, has = self._protos
-            mask = has[y]
-            if bool(mask.any()):
-                loss = loss + self.method.lam * F.mse_loss(z[mask], protos[y[mask]])
-        with torch.no_grad():
-            if self._sums is None:
-                self._sums = (
-                    torch.zeros(logits.shape[1], z.shape[1], dtype=torch.float64, device=z.device),
-                    torch.zeros(logits.shape[1], dtype=torch.long, device=z.device),
-                )
-            sums, counts = self._sums
-            sums.index_add_(0, y, z.detach().to(torch.float64))
-            counts += torch.bincount(y, minlength=logits.shape[1])
-        return loss
+            loss = loss + self.method.lam * masked_mse(z, protos[y], has[y])
+        return loss, {"z": z, "y": y, "logits": logits}
+
+    def gather(self, statistics: dict[str, torch.Tensor]) -> None:
+        z, y, num_classes = statistics["z"], statistics["y"], statistics["logits"].shape[1]
+        if self._sums is None:
+            self._sums = (
+                torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
+                torch.zeros(num_classes, dtype=torch.long, device=z.device),
+            )
+        sums, counts = self._sums
+        sums.index_add_(0, y, z.to(torch.float64))
+        counts += torch.bincount(y, minlength=num_classes)
 
     def upload(self) -> dict:
         if self._sums is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 
 from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
@@ -23,7 +24,7 @@ class FedProxClient(ClientModule):
         }
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = super().local_loss(x, y)
+        loss = F.cross_entropy(self.model(x), y)
         prox = sum((p - self._anchor[n]).pow(2).sum() for n, p in self.model.named_parameters() if n in self._anchor)
         return loss + 0.5 * self.method.mu * prox
 

@@ -101,13 +101,11 @@ class FPLClient(LastEpochPrototypes):
         b = self.task.broadcast
         self._p = {k: b[k].to(self.device) for k in ("protos", "mask", "unbiased")} if "protos" in b else None
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
-        self._collect(z, y, logits.shape[1])
         ce = F.cross_entropy(logits, y)
-        if self._p is None:
-            return ce
-        return ce + fpl_loss(z, y, self._p["protos"], self._p["mask"], self._p["unbiased"], self.method.tau)
+        loss = ce if self._p is None else ce + fpl_loss(z, y, self._p["protos"], self._p["mask"], self._p["unbiased"], self.method.tau)
+        return loss, {"z": z, "y": y, "logits": logits}
 
 
 class FPL(FedAvg):

@@ -1,7 +1,8 @@
 """`local.loop: compiled`: the lean loop with its steps compiled, a whole run of batches per call where it can.
 
 The method's own `local_loss` is differentiated once, at trace time (`torch.func.grad_and_value` over the trainable
-parameters), and compiled (`torch.compile`, inductor, `fullgraph=True`), in one of two forms:
+parameters; the statistics a method returns beside its loss are an auxiliary output, handed to `ClientModule.gather`
+after the call in step order), and compiled (`torch.compile`, inductor, `fullgraph=True`), in one of two forms:
 
 - `CompiledSteps` where `scans_sgd` holds (torch's plain SGD, no step hooks; a constant `gradient_offset` is folded
   in): an epoch's consecutive full batches are one `scan` over `_sgd_steps`, gradient and SGD update of every step
@@ -31,7 +32,7 @@ from flsuite.federation.local.dynamo import (
     first_line,
 )
 from flsuite.federation.local.sgd import is_wrapper_free_sgd
-from flsuite.federation.local.steps import eager_backward, gradient_offset_pairs
+from flsuite.federation.local.steps import eager_backward, gather, gradient_offset_pairs, split_loss
 
 
 def _torch_scan() -> Callable[..., Any] | None:
@@ -52,28 +53,30 @@ logger = logging.getLogger(__name__)
 
 
 class _LocalLoss(nn.Module):
-    """The client's `local_loss` as a module's forward, so `torch.func.functional_call` can swap its parameters."""
+    """The client's `local_loss` as a module's forward, so `torch.func.functional_call` can swap its parameters;
+    returns (loss, statistics), statistics {} where the method gathers none."""
 
     def __init__(self, client: ClientModule) -> None:
         super().__init__()
         self.client = client
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.client.local_loss(x, y)
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return split_loss(self.client.local_loss(x, y))
 
 
 def _loss_grad_and_value(loss_module: _LocalLoss) -> Callable:
-    """(params, x, y) → (∇_params loss, loss): the client's loss as a function of the parameters it is given."""
+    """(params, x, y) → (∇_params loss, (loss, statistics)): the client's loss as a function of the parameters it is
+    given; the statistics are an auxiliary output, not differentiated."""
 
-    def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return torch.func.functional_call(loss_module, p, (x, y))
 
-    return torch.func.grad_and_value(loss)
+    return torch.func.grad_and_value(loss, has_aux=True)
 
 
 def _loss_and_grads(loss_module: _LocalLoss, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
-    grads, value = _loss_grad_and_value(loss_module)(params, x, y)
-    return value, grads
+    grads, (value, statistics) = _loss_grad_and_value(loss_module)(params, x, y)
+    return value, grads, statistics
 
 
 @functools.cache
@@ -102,13 +105,13 @@ def _sgd_steps(
         g = ∇L(θ) + o,  d = ±g + λθ,  b ← μ b + (1 − τ) d,  d ← d + μ b (Nesterov) or b,  θ ← θ − η d
 
     (rule = (μ, τ, λ, nesterov, maximize); no buffers when μ = 0). Returns the parameters, buffers, the last step's
-    g (what `.grad` holds after it) and the t losses."""
+    g (what `.grad` holds after it), the t losses and the t steps' statistics (stacked)."""
     momentum, dampening, weight_decay, nesterov, maximize = rule
     grad_and_value = _loss_grad_and_value(loss_module)
 
     def step(carry, batch):
         p, b, _ = carry
-        grads, value = grad_and_value(p, *batch)
+        grads, (value, statistics) = grad_and_value(p, *batch)
         grads = {n: g + offsets[n] if n in offsets else g for n, g in grads.items()}
         new_p, new_b = {}, {}
         for n, w in p.items():
@@ -119,12 +122,13 @@ def _sgd_steps(
                 new_b[n] = b[n] * momentum + (1 - dampening) * d
                 d = d + momentum * new_b[n] if nesterov else new_b[n]
             new_p[n] = w - lr * d
-        return (new_p, new_b, grads), value
+        # a scan's outputs may not alias its inputs (a statistic can be the batch's labels): copies
+        return (new_p, new_b, grads), (value, {k: v.clone() for k, v in statistics.items()})
 
     init = (params, buffers, {n: torch.zeros_like(w) for n, w in params.items()})
     assert scan is not None, "only called where scans_sgd holds, which needs torch's scan"
-    (params, buffers, grads), losses = scan(step, init, (xs, ys))
-    return params, buffers, grads, losses
+    (params, buffers, grads), (losses, statistics) = scan(step, init, (xs, ys))
+    return params, buffers, grads, losses, statistics
 
 
 #: Layouts whose `_sgd_steps` dynamo could not capture: their fits step one compiled call per batch.
@@ -219,7 +223,7 @@ class CompiledSteps:
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
-            params, buffers, grads, losses = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
+            params, buffers, grads, losses, statistics = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
         except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
             logger.warning(
@@ -235,6 +239,8 @@ class CompiledSteps:
                 p.grad = grads[n]
                 if momentum != 0:
                     state[p]["momentum_buffer"].copy_(buffers[n])
+        for t in range(len(batches) if statistics else 0):
+            gather(self.client, {k: v[t] for k, v in statistics.items()})
         self.client.num_steps += len(batches)
         return losses.detach()
 
@@ -262,7 +268,7 @@ class CompiledBackward:
             x, y = x.clone(), y.clone()  # is specialised to its inputs' offsets: give it offset 0 every time
         params = {n: p.detach() for n, p in self.reached}
         try:
-            loss, grads = self.compiled(self.loss_module, params, x, y)
+            loss, grads, statistics = self.compiled(self.loss_module, params, x, y)
         except CAPTURE_ERRORS as e:
             raise RuntimeError(
                 f"local.loop: compiled could not compile {type(self.client).__name__}.local_loss into one graph "
@@ -270,6 +276,7 @@ class CompiledBackward:
             ) from e
         for n, p in self.reached:
             p.grad = grads[n]
+        gather(self.client, statistics)
         return loss
 
     def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

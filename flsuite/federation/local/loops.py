@@ -24,6 +24,7 @@ from flsuite.federation.local.compiled import CompiledSteps
 from flsuite.federation.local.sgd import grad_clearer, optimizer_step
 from flsuite.federation.local.steps import (
     add_to_gradients,
+    batch_loss,
     eager_backward,
     gradient_offset_pairs,
 )
@@ -99,7 +100,7 @@ class LocalFit(L.LightningModule):
         returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
         client = self.client
         x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
-        loss = client.local_loss(x, y)
+        loss = batch_loss(client, x, y)
         if client._loss_sum.device != loss.device:
             client._loss_sum = client._loss_sum.to(loss.device)  # accumulate on the device: no sync per step
         client._loss_sum += loss.detach()

@@ -1,4 +1,5 @@
-"""The pieces of one local step that every loop shares: the eager gradient and the method's gradient offset."""
+"""The pieces of one local step that every loop shares: the batch loss and its statistics, the eager gradient and
+the method's gradient offset."""
 
 from __future__ import annotations
 
@@ -7,12 +8,31 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, LocalLoss
+
+
+def split_loss(out: LocalLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`local_loss`'s value as (loss, statistics); no statistics: {}."""
+    return out if isinstance(out, tuple) else (out, {})
+
+
+def gather(client: ClientModule, statistics: dict[str, torch.Tensor]) -> None:
+    """`client.gather` with the statistics detached and no gradient recorded; nothing to gather: no call."""
+    if statistics:
+        with torch.no_grad():
+            client.gather({k: v.detach() for k, v in statistics.items()})
+
+
+def batch_loss(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """`local_loss` on the batch, its statistics gathered; returns the loss (still to be differentiated)."""
+    loss, statistics = split_loss(client.local_loss(x, y))
+    gather(client, statistics)
+    return loss
 
 
 def eager_backward(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The lean loop's gradient: `local_loss` on the batch, `backward()` into `.grad`; returns the loss."""
-    loss = client.local_loss(x, y)
+    """The lean loop's gradient: `batch_loss`, `backward()` into `.grad`; returns the loss."""
+    loss = batch_loss(client, x, y)
     loss.backward()
     return loss
 

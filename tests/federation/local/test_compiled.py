@@ -19,10 +19,13 @@ from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fedgen import FedGen
 from flsuite.methods.fedntd import FedNTD
+from flsuite.methods.fedproc import FedProc
 from flsuite.methods.fedproto import FedProto
 from flsuite.methods.fedprox import FedProx
 from flsuite.methods.fedsr import FedSR, FedSRModel
+from flsuite.methods.fpl import FPL
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
 from tests.helpers import head_federation
@@ -59,8 +62,8 @@ class CrossEntropyOf(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(self.model(x), y)
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return torch.nn.functional.cross_entropy(self.model(x), y), {}  # what `_LocalLoss` returns: (loss, statistics)
 
 
 def scanned_calls(monkeypatch) -> list[int]:
@@ -197,7 +200,7 @@ def test_scanned_steps_follow_torch_sgd(rule):
 
     def step(x, y):
         optimizer.zero_grad()
-        loss = loss_module(x, y)
+        loss, _ = loss_module(x, y)
         loss.backward()
         loss_module.model[3].bias.grad.add_(offsets["model.3.bias"])
         optimizer.step()
@@ -209,7 +212,7 @@ def test_scanned_steps_follow_torch_sgd(rule):
     momentum = rule.get("momentum", 0.0)
     buffers = {n: optimizer.state[p]["momentum_buffer"].clone() for n, p in named.items()} if momentum else {}
     spec = (momentum, rule.get("dampening", 0.0), rule.get("weight_decay", 0.0), rule.get("nesterov", False), rule.get("maximize", False))
-    new, new_buffers, grads, losses = compiled._sgd_steps(loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:])
+    new, new_buffers, grads, losses, _ = compiled._sgd_steps(loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:])
     torch.testing.assert_close(losses, torch.stack([step(x, y) for x, y in zip(xs[1:], ys[1:])]))
     for n, p in named.items():
         torch.testing.assert_close(new[n], p.detach())
@@ -304,16 +307,49 @@ def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
         torch.testing.assert_close(runs["compiled"][k], runs["lean"][k], rtol=1e-4, atol=1e-5)
 
 
+class CountsInPlace(ClientModule):
+    """The pattern `ClientModule.gather` replaces: a statistic accumulated in place inside the loss."""
+
+    def begin(self) -> None:
+        self.seen = torch.zeros(3, dtype=torch.long)
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.seen += torch.bincount(y, minlength=3)
+        return torch.nn.functional.cross_entropy(self.model(x), y)
+
+
+class CountingInPlace(FedAvg):
+    client_module = CountsInPlace
+
+
 def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
-    """FedProto accumulates prototype sums in place inside its loss: not expressible under a grad transform."""
-    with pytest.raises(RuntimeError, match=r"local.loop: compiled could not compile FedProtoClient.local_loss.*Use local.loop: lean"):
-        client_fits("compiled", method=FedProto())
+    """An in-place update of a captured tensor inside the loss is not expressible under a grad transform."""
+    with pytest.raises(RuntimeError, match=r"local.loop: compiled could not compile CountsInPlace.local_loss.*Use local.loop: lean"):
+        client_fits("compiled", method=CountingInPlace())
+
+
+@pytest.mark.parametrize("method", [FedProto, FedProc, FPL, FedGen], ids=lambda m: m.__name__)
+def test_methods_that_gather_statistics_scan_and_upload_what_the_lean_fit_does(monkeypatch, method):
+    """Their statistics (prototype sums, label counts) leave the loss as an auxiliary output and are gathered
+    step by step outside it: the runs of full batches are scanned as FedAvg's are, and the uploads (counts to the
+    bit, prototypes up to rounding) are the lean fit's."""
+    lean = client_fits("lean", method=method())
+    calls = scanned_calls(monkeypatch)
+    fast = client_fits("compiled", method=method())
+    assert calls == [10, 11, 11] * 2
+    for a, b in zip(lean, fast):
+        assert a.upload and a.upload.keys() == b.upload.keys()
+        for k in a.upload:
+            if a.upload[k].is_floating_point():
+                torch.testing.assert_close(b.upload[k], a.upload[k], rtol=1e-5, atol=1e-6)
+            else:
+                assert torch.equal(b.upload[k], a.upload[k]), k
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"loop": "jit"}, "local.loop must be 'lean', 'standard' or 'compiled', got 'jit'"),
+        ({"loop": "jit"}, "local.loop must be 'auto', 'lean', 'standard' or 'compiled', got 'jit'"),
         ({"loop": "compiled", "precision": "16-mixed"}, "needs local.loop: standard"),
     ],
 )
