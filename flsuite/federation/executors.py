@@ -38,6 +38,11 @@ class Executor(abc.ABC):
         """Called once per run before anything else (e.g. to start workers and ship `env` to them)."""
         self.env = env
 
+    @property
+    def processes(self) -> int:
+        """How many processes run client fits side by side (each compiles its own graphs); this one: 1."""
+        return 1
+
     def set_env(self, env: ClientEnvironment) -> None:
         """A protocol phase changed what clients work with (data after a setup stage, another model or method)."""
         self.env = env

@@ -156,6 +156,11 @@ class RayExecutor(Executor):
         self._actors = up
         log.info("RayExecutor: %d workers", len(up))
 
+    @property
+    def processes(self) -> int:
+        """The workers started (each a process of its own), or those asked for before `start`."""
+        return len(self._actors) if self._actors else max(1, self.num_workers or 1)
+
     def _default_num_workers(self, ray) -> int:
         resources = ray.cluster_resources()
         limits = []

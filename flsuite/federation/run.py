@@ -22,6 +22,7 @@ from flsuite.federation.checkpoint import (
 )
 from flsuite.federation.context import RunContext, RunSettings
 from flsuite.federation.executors import Executor, SerialExecutor
+from flsuite.federation.local.choice import LoopChoice, choose_loop, resolved
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
 from flsuite.federation.phases import ClientFailedError, Phase, Rounds
@@ -170,14 +171,14 @@ class Federation:
     def _env(self, fed: FederatedData) -> ClientEnvironment:
         return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seed)
 
-    def settings(self) -> RunSettings:
-        """What the phases read of this run."""
+    def settings(self, local: LocalTraining | None = None) -> RunSettings:
+        """What the phases read of this run; `local`: the local training with its loop chosen (default: as configured)."""
         return RunSettings(
             seed=self.seed,
             rounds=self.rounds,
             model=self.model,
             method=self.method,
-            local=self.local,
+            local=local or self.local,
             sampling=self.sampling,
             server_steps=tuple(self.server_steps),
             on_client_failure=self.on_client_failure,
@@ -209,7 +210,8 @@ class Federation:
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
             state.config_yaml = config_yaml or state.config_yaml
-            write_json(run_dir / "environment.json", environment_info(self.seed))
+            choice = self.loop_choice(fed, state)
+            write_json(run_dir / "environment.json", environment_info(self.seed) | {"local_loop": choice.as_record()})
             tracker = Tracker(run_dir, self.wandb, group=self.name, config=_config_dict(config_yaml), labels=run_labels(self.method, self.data, self.setup))
             try:
                 tracker.log_partition(fed.partition_stats())
@@ -217,7 +219,7 @@ class Federation:
                     tracker.log_setup(setup_metrics)
                 if resume is not None:
                     tracker.rewrite_history(state.history, state.timings)
-                ctx = RunContext(self.settings(), fed, state, self.executor, tracker)
+                ctx = RunContext(self.settings(resolved(self.local, choice)), fed, state, self.executor, tracker)
                 try:
                     for i, phase in enumerate(self.protocol):
                         if i < state.phase:
@@ -245,6 +247,28 @@ class Federation:
             self.executor.close()
         log.info("run folder: %s", run_dir)
         return summary | {"table": table, "run_dir": str(run_dir)}
+
+    def loop_choice(self, fed: FederatedData, state: FederationState) -> LoopChoice:
+        """`local.loop` decided for this run (`flsuite.federation.local.choice`), logged; kept in the checkpointed
+        outputs, so a resumed run trains with the loop it started with."""
+        if "local_loop" in state.outputs:
+            choice = LoopChoice(**state.outputs["local_loop"])
+        elif state.history and self.local.loop == "auto":  # resuming a run begun before `auto` (checkpoint format 3)
+            choice = LoopChoice("lean", "the loop this resumed run began with (the default before local.loop auto)", "auto")
+            state.outputs["local_loop"] = choice.as_record()
+        else:
+            choice = choose_loop(
+                self.local,
+                fed.input_shape,
+                self.method.client_module.step_hooks,
+                [len(c.train) for c in fed.clients],
+                self.sampling.clients_per_round(len(fed.clients)),
+                self.rounds,
+                self.executor.processes,
+            )
+            state.outputs["local_loop"] = choice.as_record()
+        log.info("%s", choice.log_line())
+        return choice
 
     def _resumed_state(self, resume: Path, fed: FederatedData, state: FederationState) -> FederationState:
         """The checkpointed state, after checking that it fits this config's model, clients and protocol."""

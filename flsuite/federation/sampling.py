@@ -25,8 +25,12 @@ class ClientSampling:
         if self.per_round is not None and self.per_round < 1:
             raise ValueError(f"sampling.per_round must be >= 1, got {self.per_round}")
 
+    def clients_per_round(self, num_clients: int) -> int:
+        """How many of `num_clients` clients each round samples."""
+        return self.per_round if self.per_round is not None else max(1, round_half_up(self.fraction * num_clients))
+
     def sample(self, num_clients: int, seed: int, round: int) -> list[int]:
-        m = self.per_round if self.per_round is not None else max(1, round_half_up(self.fraction * num_clients))
+        m = self.clients_per_round(num_clients)
         if m > num_clients:
             raise ValueError(f"sampling.per_round={m} but the federation has only {num_clients} clients")
         if m == num_clients:

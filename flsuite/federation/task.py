@@ -22,6 +22,10 @@ Weights = dict[str, torch.Tensor]
 State = dict[str, Any]
 
 
+#: The local loops (`LocalTraining.loop`).
+Loop = Literal["auto", "lean", "standard", "compiled"]
+
+
 @dataclass
 class LocalTraining:
     """How every client trains in one round.
@@ -40,8 +44,11 @@ class LocalTraining:
         weight_decay: L2 weight decay.
         drop_last: Drop the last incomplete batch of each epoch.
         accelerator: Lightning accelerator used inside client fits ("cpu", "gpu", "auto").
-        loop: "lean" (default): one `training_step` per epoch over pre-sliced in-memory batches with manual
-            optimisation, for tiny frozen-feature heads; "standard": Lightning's per-batch automatic optimisation
+        loop: "auto" (default): decided once per run (flsuite.federation.local.choice, logged and recorded in
+            environment.json): "compiled" for a head on feature vectors with plain SGD, no step hooks and enough
+            local steps to pay the compilation, "standard" with mixed precision, else "lean". "lean": one
+            `training_step` per epoch over pre-sliced in-memory batches with manual optimisation, for tiny
+            frozen-feature heads, bit for bit the loop of earlier releases; "standard": Lightning's per-batch automatic optimisation
             through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
             the lean loop with its steps compiled (flsuite.federation.local.compiled): with plain SGD and a method without
             step hooks, each epoch's run of full batches is one compiled call (gradients and updates of all its
@@ -64,7 +71,7 @@ class LocalTraining:
     weight_decay: float = 1e-5
     drop_last: bool = False
     accelerator: str = "cpu"
-    loop: Literal["lean", "standard", "compiled"] = "lean"
+    loop: Loop = "auto"
     precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
     augment: Augment = field(default_factory=Augment)
 
@@ -81,11 +88,11 @@ class LocalTraining:
             raise ValueError(f"local.lr_milestones must be increasing rounds >= 1, got {self.lr_milestones}")
         if self.lr_gamma <= 0:
             raise ValueError(f"local.lr_gamma must be > 0, got {self.lr_gamma}")
-        if self.loop not in ("lean", "standard", "compiled"):
-            raise ValueError(f"local.loop must be 'lean', 'standard' or 'compiled', got {self.loop!r}")
+        if self.loop not in ("auto", "lean", "standard", "compiled"):
+            raise ValueError(f"local.loop must be 'auto', 'lean', 'standard' or 'compiled', got {self.loop!r}")
         if self.precision not in ("32-true", "16-mixed", "bf16-mixed"):
             raise ValueError(f"local.precision must be '32-true', '16-mixed' or 'bf16-mixed', got {self.precision!r}")
-        if self.precision != "32-true" and self.loop != "standard":
+        if self.precision != "32-true" and self.loop not in ("standard", "auto"):
             raise ValueError(f"local.precision {self.precision!r} needs local.loop: standard (the lean and compiled loops step the raw optimiser in 32-bit)")
 
     @property

@@ -15,6 +15,7 @@ from torch import nn
 
 from flsuite.data.base import FederatedData
 from flsuite.federation.local.batches import client_batches
+from flsuite.federation.local.choice import outside_a_run
 from flsuite.federation.local.loops import LocalFit
 from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
@@ -95,11 +96,11 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     task's seed, so the result does not depend on which worker runs it or in which order.
     """
     _scan_callback_entry_points_once()
-    split = env.data.clients[task.client_id].train
+    split, local = env.data.clients[task.client_id].train, outside_a_run(env.local)
     torch.manual_seed(task.seed)
     model = env.build_model()
     model.load_state_dict(task.global_weights)
-    client = env.method.client_module(model=model, method=env.method, local=env.local, task=task)
-    batches, epochs = client_batches(split, env.local, task.seed)
-    make_trainer(env.local, max_epochs=epochs).fit(LocalFit(client), train_dataloaders=batches)
+    client = env.method.client_module(model=model, method=env.method, local=local, task=task)
+    batches, epochs = client_batches(split, local, task.seed)
+    make_trainer(local, max_epochs=epochs).fit(LocalFit(client), train_dataloaders=batches)
     return client.result(num_samples=len(split))

@@ -1,0 +1,35 @@
+"""Which `local.loop` each config's run takes under `local.loop: auto`, and why: the data and the setup stages are
+built as `flsuite fit` builds them (GGEUR's augmentation included), then the run's choice is made; nothing trains.
+
+    python benchmarks/loop_choices.py CONFIG [CONFIG ...]         # each CONFIG: "a.yaml" or "a.yaml+overlay.yaml"
+"""
+
+from __future__ import annotations
+
+import sys
+
+from flsuite.cli import build_federation, fit_parser
+from flsuite.federation.checkpoint import FederationState
+
+
+def choice_of(configs: list[str]) -> tuple[int, str]:
+    parser = fit_parser()
+    cfg = parser.parse_args([a for c in configs for a in ("--config", c)] + ["--progress", "false", "--wandb.enabled", "false"])
+    federation = build_federation(parser, cfg)
+    fed, _ = federation.build_data()
+    return federation.rounds, federation.loop_choice(fed, FederationState.empty()).log_line()
+
+
+def main() -> None:
+    print("| config | rounds | choice |\n|---|---|---|")
+    for arg in sys.argv[1:]:
+        configs = arg.split("+")
+        try:
+            rounds, line = choice_of(configs)
+        except Exception as e:  # noqa: BLE001 - report and go on (e.g. a dataset not on this machine)
+            rounds, line = 0, f"not built here: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+        print(f"| {' + '.join(configs)} | {rounds or ''} | {line} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

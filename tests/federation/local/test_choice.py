@@ -1,0 +1,84 @@
+"""`local.loop: auto` (flsuite.federation.local.choice): the loop a run takes, why, and that a resumed run keeps it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.local import choice
+from flsuite.federation.local.choice import COMPILE_PAYS_FROM_STEPS, choose_loop, outside_a_run, steps_per_fit
+from flsuite.federation.task import LocalTraining
+from flsuite.methods.scaffold import Scaffold
+from tests.helpers import head_federation
+
+FEATURES = (1280,)
+
+
+def chosen(local: LocalTraining | None = None, input_shape=FEATURES, step_hooks=False, sizes=(1200, 1200, 1200), per_round=3, rounds=10, processes=1):
+    return choose_loop(local or LocalTraining(epochs=10), input_shape, step_hooks, list(sizes), per_round, rounds, processes)
+
+
+def test_steps_per_fit_counts_the_batches_the_loop_iterates():
+    assert steps_per_fit(LocalTraining(epochs=3, batch_size=16), 40) == 9  # 16 + 16 + 8 per epoch
+    assert steps_per_fit(LocalTraining(epochs=3, batch_size=16, drop_last=True), 40) == 6
+    assert steps_per_fit(LocalTraining(steps=7, batch_size=16), 40) == 7
+
+
+def test_a_head_on_features_compiles_once_the_run_has_the_steps_to_pay_for_it():
+    """3 clients of 1,200 samples, 10 epochs at batch 16: 750 steps a fit, 2,250 a round."""
+    per_round = 3 * 750
+    short = chosen(rounds=COMPILE_PAYS_FROM_STEPS // per_round)  # 22 rounds: 49,500 steps
+    assert short.loop == "lean" and "~49,500 local steps per process, fewer than the 50,000" in short.reason
+    long = chosen(rounds=COMPILE_PAYS_FROM_STEPS // per_round + 1)
+    assert long.loop == "compiled" and "~51,750 local steps per process" in long.reason
+    assert chosen(rounds=23, processes=2).loop == "lean"  # each of two workers compiles for half the steps
+    assert long.requested == "auto" and long.log_line().startswith("local.loop auto -> compiled: a head on feature vectors")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "loop", "reason"),
+    [
+        ({"input_shape": (3, 32, 32)}, "lean", "inputs of shape (3, 32, 32) are images"),
+        ({"local": LocalTraining(epochs=10, optimizer="adam")}, "lean", "local.optimizer adam"),
+        ({"step_hooks": True}, "lean", "step hooks"),
+        ({"local": LocalTraining(epochs=10, precision="bf16-mixed")}, "standard", "local.precision bf16-mixed"),
+        ({"local": LocalTraining(epochs=10, loop="lean")}, "lean", "set in the config"),
+        ({"local": LocalTraining(epochs=10, loop="compiled"), "rounds": 1}, "compiled", "set in the config"),
+    ],
+)
+def test_what_the_compiled_path_cannot_speed_up_stays_on_the_lean_loop(kwargs, loop, reason):
+    got = chosen(**{"rounds": 100, **kwargs})
+    assert got.loop == loop and reason in got.reason
+
+
+def test_a_fit_outside_a_run_takes_the_lean_loop_or_standard_for_mixed_precision():
+    assert outside_a_run(LocalTraining()).loop == "lean"
+    assert outside_a_run(LocalTraining(precision="16-mixed")).loop == "standard"
+    assert outside_a_run(LocalTraining(loop="compiled")).loop == "compiled"
+
+
+def environment(run_dir) -> dict:
+    return json.loads((run_dir / "environment.json").read_text())["local_loop"]
+
+
+def test_the_run_records_its_choice_and_trains_with_the_compiled_loop(tmp_path, monkeypatch):
+    monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 10)
+    head_federation(tmp_path / "auto", rounds=2).fit()
+    assert environment(tmp_path / "auto") == {"loop": "compiled", "reason": environment(tmp_path / "auto")["reason"], "requested": "auto"}
+    head_federation(tmp_path / "compiled", rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled")).fit()
+    auto, compiled = (load_checkpoint(tmp_path / name).global_weights for name in ("auto", "compiled"))
+    assert all(torch.equal(auto[k], compiled[k]) for k in auto)  # the same loop: the same bits
+
+
+def test_a_resumed_run_keeps_the_loop_it_began_with(tmp_path, monkeypatch):
+    """Chosen once: a resumed run does not switch loops when what the choice reads has changed (here the threshold;
+    in practice e.g. the number of Ray workers), so it continues the same training."""
+    head_federation(tmp_path, rounds=2, method=Scaffold()).fit()
+    assert environment(tmp_path)["loop"] == "lean"
+    monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 1)
+    head_federation(None, rounds=3, method=Scaffold()).fit(resume=tmp_path)
+    assert environment(tmp_path)["loop"] == "lean"
+    assert load_checkpoint(tmp_path).outputs["local_loop"]["loop"] == "lean"
