@@ -195,9 +195,11 @@ def autograd_floor_loop(env, weights) -> None:
 
 
 @torch.inference_mode()
-def closed_form_loop(env, weights) -> None:
+def closed_form_loop(env, weights) -> list[dict]:
     """The same clients with the gradient of mean softmax cross-entropy written out: dL/dz = (softmax(z) - onehot)/B,
-    dW = dz^T x, db = sum(dz); then SGD with momentum and weight decay (torch's update rule), in place."""
+    dW = dz^T x, db = sum(dz); then SGD with momentum and weight decay (torch's update rule). Returns each client's
+    trained weights."""
+    fits = []
     from flsuite.data.base import EpochBatches
     from flsuite.seeding import torch_generator
 
@@ -216,6 +218,8 @@ def closed_form_loop(env, weights) -> None:
                 bb = gb if bb is None else bb.mul_(mom).add_(gb)
                 w.add_(bw, alpha=-lr)
                 b.add_(bb, alpha=-lr)
+        fits.append({"1.weight": w, "1.bias": b})
+    return fits
 
 
 def fedavg_part(args) -> None:
