@@ -51,6 +51,11 @@ class ClientModule(nn.Module):
     `next_state`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
     """
 
+    #: The statistic by which a method whose objective adds terms to the FL task's loss (a proximal term, a
+    #: regulariser) reports that loss (cross-entropy on the batch): the loops average it into `ClientResult.task_loss`
+    #: (what e.g. FedEGG's gate reads as L^c) and do not pass it to `gather`.
+    TASK_LOSS: ClassVar[str] = "task_loss"
+
     #: Whether `before_optimizer_step` / `after_optimizer_step` do anything: a subclass that overrides either must
     #: say so (the compiled loop then calls them between the steps instead of scanning runs of batches).
     step_hooks: ClassVar[bool] = False
@@ -70,6 +75,7 @@ class ClientModule(nn.Module):
         self.device = next(model.parameters(), torch.empty(0)).device
         self.epoch, self.epochs = 0, 1
         self._loss_sum = torch.zeros((), dtype=torch.float64)
+        self._task_loss_sum: torch.Tensor | None = None  # float64 sum of the reported TASK_LOSS; None: none reported
         self.num_steps = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +127,16 @@ class ClientModule(nn.Module):
         """The mean mini-batch loss of this fit so far (float64 sum over steps / steps)."""
         return float(self._loss_sum) / max(self.num_steps, 1)
 
+    @property
+    def mean_task_loss(self) -> float:
+        """The mean FL-task loss of this fit so far: the reported `TASK_LOSS`, else the mean loss."""
+        return self.mean_loss if self._task_loss_sum is None else float(self._task_loss_sum) / max(self.num_steps, 1)
+
+    def add_task_loss(self, value: torch.Tensor) -> None:
+        """Add one step's FL-task loss (float64, on the value's device: no sync per step)."""
+        value = value.detach().double()
+        self._task_loss_sum = value.clone() if self._task_loss_sum is None else self._task_loss_sum.to(value.device) + value
+
     # ---- result ----------------------------------------------------------------------------------------------
     def result(self, num_samples: int) -> ClientResult:
         """Package the fit's outcome for the server (weights on the CPU)."""
@@ -133,6 +149,7 @@ class ClientModule(nn.Module):
             state=self.next_state(),
             train_loss=self.mean_loss,
             num_steps=self.num_steps,
+            task_loss=self.mean_task_loss,
         )
 
 

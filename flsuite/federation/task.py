@@ -138,6 +138,9 @@ class ClientResult:
     state: State = field(default_factory=dict)
     train_loss: float = float("nan")
     num_steps: int = 0
+    #: The mean loss of the FL task itself (cross-entropy on the client's data) over the fit's steps, without the
+    #: terms the method adds to its objective (`ClientModule.TASK_LOSS`); `train_loss` where the method adds none.
+    task_loss: float = float("nan")
 
 
 @dataclass

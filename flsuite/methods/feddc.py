@@ -49,14 +49,14 @@ class FedDCClient(ClientModule):
         self._correction = {n: self._c[n] - self._c_k[n] for n in self._anchor}
         self._corrected = any(bool(v.any()) for v in self._correction.values())
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = F.cross_entropy(self.model(x), y)
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        ce = F.cross_entropy(self.model(x), y)
         params = [(n, p) for n, p in self.model.named_parameters() if n in self._anchor]
         prox = sum((p - self._target[n]).pow(2).sum() for n, p in params)
-        loss = loss + 0.5 * self.method.alpha * prox
+        loss = ce + 0.5 * self.method.alpha * prox
         if self._corrected:  # ⟨θ, 0⟩ adds nothing: skipped, so round 1 is FedProx's step for step
             loss = loss + sum((p * self._correction[n]).sum() for n, p in params)
-        return loss
+        return loss, {self.TASK_LOSS: ce}
 
     def end(self) -> None:
         momentum = self.local.sgd_momentum

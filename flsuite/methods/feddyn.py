@@ -34,7 +34,7 @@ class FedDynClient(ClientModule):
                 self._anchor[n] = self.task.global_weights[n].detach().to(self.device, copy=True)
                 self._grad[n] = grad[n].to(self.device) if n in grad else torch.zeros_like(p.detach())
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss = F.cross_entropy(self.model(x), y)
         alpha = self.method.alpha
         linear = torch.zeros((), device=self.device)
@@ -43,7 +43,7 @@ class FedDynClient(ClientModule):
             if n in self._anchor:
                 linear = linear + (self._grad[n] * p).sum()
                 prox = prox + (p - self._anchor[n]).pow(2).sum()
-        return loss - linear + 0.5 * alpha * prox
+        return loss - linear + 0.5 * alpha * prox, {self.TASK_LOSS: loss}
 
     def next_state(self) -> State:
         alpha = self.method.alpha

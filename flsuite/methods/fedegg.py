@@ -10,7 +10,9 @@ Phase 1, once, when the phase starts (`init_state`, under the initial weights W�
     or the Remark-3.8 form τ = log₂(ρ · cos(mean_k mean-feature_k, F) + ι), or a fixed τ.
     L^g ← L(W₀, D^g) with the fresh guiding head (A4).
 Every round, after X's aggregation W̄_t (Alg. 1 phase 2):
-    L^c ← β L^c + (1 − β) (1/m) Σ_{k∈S} L_k              (Eq. 6; L^c starts at the first round's mean, A4)
+    L^c ← β L^c + (1 − β) (1/m) Σ_{k∈S} L_k              (Eq. 6; L^c starts at the first round's mean, A4;
+                                                          L_k the client's FL-task cross-entropy, `task_loss`,
+                                                          whatever terms X adds to its objective)
     if log₂(L^c / L^g) < τ:                              (Eq. 8, re-checked every round; `latch` stops for good, A12)
         T_g times: W̄_t ← W̄_t − γ_t ∇F(W̄_t, ξ^g)         (Eq. 7; ξ^g a mini-batch of D^g, γ_t = η_t, A8)
         L^g ← L(W̄_t, D^g)                                 (refreshed only when guiding ran)
@@ -77,7 +79,13 @@ def threshold(tau_k: list[float], rho: float, iota: float) -> float:
 
 
 def llr(loss_c: float, loss_g: float) -> float:
-    """The log-loss ratio log₂(L^c / L^g) of Eq. 8."""
+    """The log-loss ratio log₂(L^c / L^g) of Eq. 8; both losses cross-entropies, so positive and finite unless a
+    run has diverged or fits its data exactly, which is refused with the values (log₂ is undefined there)."""
+    if not (math.isfinite(loss_c) and math.isfinite(loss_g) and loss_c > 0 and loss_g > 0):
+        raise ValueError(
+            f"FedEGG's gate needs positive, finite losses for log2(L^c / L^g); got L^c = {loss_c!r} (the clients' FL-task "
+            f"cross-entropy, momentum-averaged) and L^g = {loss_g!r} (the guiding loss)"
+        )
     return math.log2(loss_c / loss_g)
 
 
@@ -221,7 +229,7 @@ class FedEGG(ServerStep):
     # ---- Phase 2 ---------------------------------------------------------------------------------------------
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
         assert self._split is not None and self._local is not None, "FedEGG.prepare was not called"
-        loss_c = momentum_loss(state["loss_c"], [r.train_loss for r in ctx.results], self.beta)
+        loss_c = momentum_loss(state["loss_c"], [r.task_loss for r in ctx.results], self.beta)  # the FL task's CE, not X's objective
         loss_g, tau = float(state["loss_g"]), float(state["tau"])
         ratio = llr(loss_c, loss_g)
         guide = gate_open(loss_c, loss_g, tau) and not state["stopped"]

@@ -50,7 +50,7 @@ class FedGenClient(ClientModule):
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         m = self.method
         logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
+        ce = loss = F.cross_entropy(logits, y)
         if self._frozen:
             gen, head, r = self._frozen["gen"], check_contract(self.model).head, self.task.round
             with torch.no_grad():
@@ -60,7 +60,7 @@ class FedGenClient(ClientModule):
                 target = F.softmax(head(z_y), dim=1)
             latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
             loss = loss + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen) + decayed(m.beta, m.decay, r) * latent
-        return loss, {"y": y} if m.active() else {}
+        return loss, {self.TASK_LOSS: ce, "y": y} if m.active() else {self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
         """The label counts the server's generator is trained on."""

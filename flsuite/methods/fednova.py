@@ -9,9 +9,10 @@ Server, over the round's clients S with p_k = n_k / Σ_{j∈S} n_j:
 When every client takes the same number of steps this is FedAvg (∝ samples) exactly in real arithmetic.
 
 Normalisation covers the trainable parameters; buffers (e.g. BatchNorm statistics) are averaged as FedAvg.
-Not implemented: the official code's server momentum (`gmf`) and its weight-decay/proximal terms in a_k (with
-weight decay a_k is only the steps' count; the suite's default 1e-5 makes this a negligible approximation). Adam/AdamW
-steps are not linear in the gradient; they use a_k = K_k.
+Not implemented: the official code's server momentum (`gmf`, default 0 there, so its default run is this one) and
+its proximal term in a_k (`mu`, FedNova + FedProx; the official a_k has no weight-decay term, and neither has this
+one). Adam/AdamW steps are not linear in the gradient; they use a_k = K_k. With equal local work (e.g.
+`local.steps`, as every FedEGG config sets) every a_k is the same and FedNova is sample-weighted FedAvg.
 """
 
 from __future__ import annotations

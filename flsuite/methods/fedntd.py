@@ -39,11 +39,12 @@ class FedNTDClient(ClientModule):
     def begin(self) -> None:
         self._frozen = {"global": frozen_copy(self.model)}  # a plain dict: not a submodule Lightning would see
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits = self.model(x)
         with torch.no_grad():
             global_logits = self._frozen["global"](x)
-        return F.cross_entropy(logits, y) + self.method.beta * ntd_loss(logits, global_logits, y, self.method.tau)
+        ce = F.cross_entropy(logits, y)
+        return ce + self.method.beta * ntd_loss(logits, global_logits, y, self.method.tau), {self.TASK_LOSS: ce}
 
 
 class FedNTD(FedAvg):

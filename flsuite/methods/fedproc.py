@@ -80,11 +80,12 @@ class FedProcClient(LastEpochPrototypes):
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         ce = F.cross_entropy(logits, y)
+        statistics = {"z": z, "y": y, "logits": logits, self.TASK_LOSS: ce}
         if self._protos is None:
-            return ce, {"z": z, "y": y, "logits": logits}
+            return ce, statistics
         protos, has = self._protos
         pc = prototype_contrastive_loss(z, y, protos, has, self.method.tau)
-        return self._alpha * pc + (1.0 - self._alpha) * ce, {"z": z, "y": y, "logits": logits}
+        return self._alpha * pc + (1.0 - self._alpha) * ce, statistics
 
 
 def mean_prototypes(results: Sequence[ClientResult]) -> dict[str, torch.Tensor] | None:

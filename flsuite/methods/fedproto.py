@@ -47,11 +47,12 @@ class FedProtoClient(ClientModule):
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
-        loss = F.cross_entropy(logits, y)
+        ce = F.cross_entropy(logits, y)
+        loss = ce
         if self._protos is not None:
             protos, has = self._protos
             loss = loss + self.method.lam * masked_mse(z, protos[y], has[y])
-        return loss, {"z": z, "y": y, "logits": logits}
+        return loss, {"z": z, "y": y, "logits": logits, self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
         z, y, num_classes = statistics["z"], statistics["y"], statistics["logits"].shape[1]

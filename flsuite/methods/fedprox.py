@@ -23,10 +23,10 @@ class FedProxClient(ClientModule):
             name: self.task.global_weights[name].detach().to(self.device, copy=True) for name, p in self.model.named_parameters() if p.requires_grad
         }
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = F.cross_entropy(self.model(x), y)
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        ce = F.cross_entropy(self.model(x), y)
         prox = sum((p - self._anchor[n]).pow(2).sum() for n, p in self.model.named_parameters() if n in self._anchor)
-        return loss + 0.5 * self.method.mu * prox
+        return ce + 0.5 * self.method.mu * prox, {self.TASK_LOSS: ce}
 
 
 class FedProx(FedAvg):

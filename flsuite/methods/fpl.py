@@ -105,7 +105,7 @@ class FPLClient(LastEpochPrototypes):
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         ce = F.cross_entropy(logits, y)
         loss = ce if self._p is None else ce + fpl_loss(z, y, self._p["protos"], self._p["mask"], self._p["unbiased"], self.method.tau)
-        return loss, {"z": z, "y": y, "logits": logits}
+        return loss, {"z": z, "y": y, "logits": logits, self.TASK_LOSS: ce}
 
 
 class FPL(FedAvg):

@@ -35,7 +35,7 @@ class MoonClient(ClientModule):
         if previous:
             self._frozen["prev"].load_state_dict(previous)
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         with torch.no_grad():
             _, z_glob = forward_with_representation(self._frozen["global"], x, self._use_logits)
@@ -43,7 +43,8 @@ class MoonClient(ClientModule):
         tau = self.method.temperature
         sims = torch.stack([F.cosine_similarity(z, z_glob, dim=1), F.cosine_similarity(z, z_prev, dim=1)], dim=1) / tau
         contrastive = F.cross_entropy(sims, torch.zeros(len(y), dtype=torch.long, device=y.device))
-        return F.cross_entropy(logits, y) + self.method.mu * contrastive
+        ce = F.cross_entropy(logits, y)
+        return ce + self.method.mu * contrastive, {self.TASK_LOSS: ce}
 
     def next_state(self) -> State:
         return {"prev": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}}

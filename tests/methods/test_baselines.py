@@ -335,3 +335,23 @@ def test_config_overlays_parse(tmp_path, capsys, overlay):
     assert method["class_path"] == expected["class_path"]
     applied = method.get("init_args", {})
     assert applied | expected.get("init_args", {}) == applied  # every overlay value was applied
+
+
+@pytest.mark.parametrize("method", [FedAvg(), FedProx(mu=0.0), FedProx(mu=5.0), FedDyn(alpha=0.5), MOON(mu=5.0), FedNTD(beta=5.0)], ids=repr)
+def test_the_task_loss_is_the_cross_entropy_without_the_methods_terms(tmp_path, method):
+    """`ClientResult.task_loss`: the mean cross-entropy over the fit's steps. FedAvg adds nothing (the train loss to
+    the bit); FedProx at μ = 0 adds a zero term (equal up to the order of the float64 sums); a positive term makes
+    the objective the larger from the second step on (FedDyn's linear term can take either sign: only its
+    difference is asserted), and the task loss is still a cross-entropy: positive."""
+    rec = Recording()
+    head_federation(tmp_path, rounds=2, model=MLP(hidden=(6,)), method=method, executor=rec).fit()
+    later = rec.results[4:]  # round 2: away from the global weights, so every term is non-zero
+    assert all(r.task_loss > 0 for r in rec.results)
+    if isinstance(method, FedProx) and method.mu == 0.0:
+        assert all(r.task_loss == pytest.approx(r.train_loss, rel=1e-12) for r in rec.results)
+    elif type(method) is FedAvg:
+        assert all(r.task_loss == r.train_loss for r in rec.results)
+    elif isinstance(method, FedDyn):
+        assert all(abs(r.train_loss - r.task_loss) > 1e-6 for r in later)
+    else:
+        assert all(r.train_loss > r.task_loss + 1e-6 for r in later)

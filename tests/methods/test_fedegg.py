@@ -34,6 +34,7 @@ from flsuite.methods.fedegg import (
     momentum_loss,
     threshold,
 )
+from flsuite.methods.fedprox import FedProx
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
 from tests.helpers import head_federation, initial_weights
@@ -130,6 +131,26 @@ def test_loss_c_follows_eq6_from_the_clients_losses_and_the_gate_follows_eq8_eve
     for r in hist:
         assert r["server/fedegg/llr"] == pytest.approx(math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r)), rel=1e-12)
         assert r["server/fedegg/gate"] == int(r["server/fedegg/llr"] < r["server/fedegg/tau"])
+
+
+def test_a_regularised_method_gates_on_its_clients_cross_entropy_not_on_its_objective(tmp_path):
+    """FedProx + FedEGG: L^c is Eq. 6 over the clients' FL-task loss (`task_loss`), not over FedProx's objective
+    with its proximal term (`train_loss`, larger by μ/2 · ‖w − w_g‖² on average)."""
+    rec = Recording()
+    fed(tmp_path, rounds=3, executor=rec, method=FedProx(mu=5.0), server_steps=[FedEGG(guiding(), beta=0.5, tau=-0.5)]).fit()
+    hist, prev = records(tmp_path), None
+    for rnd, record in enumerate(hist, 1):
+        results = rec.results[4 * (rnd - 1) : 4 * rnd]
+        prev = momentum_loss(prev, [r.task_loss for r in results], 0.5)
+        assert record["server/fedegg/loss_c"] == pytest.approx(prev, rel=1e-12)
+        assert all(r.train_loss > r.task_loss for r in results)
+
+
+def test_a_loss_ratio_without_a_logarithm_is_refused_with_the_values():
+    with pytest.raises(ValueError, match=r"positive, finite losses.*L\^c = -0.006.*L\^g = 1.5"):
+        llr(-0.006, 1.5)
+    with pytest.raises(ValueError, match=r"L\^g = nan"):
+        llr(1.0, math.nan)
 
 
 def prev_loss_g(hist: list[dict], record: dict) -> float:

@@ -17,10 +17,16 @@ def split_loss(out: LocalLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 
 
 def gather(client: ClientModule, statistics: dict[str, torch.Tensor]) -> None:
-    """`client.gather` with the statistics detached and no gradient recorded; nothing to gather: no call."""
-    if statistics:
-        with torch.no_grad():
-            client.gather({k: v.detach() for k, v in statistics.items()})
+    """One step's statistics: the FL-task loss (`ClientModule.TASK_LOSS`) to `add_task_loss`, the rest detached to
+    `client.gather`, with no gradient recorded; nothing left to gather: no call."""
+    if not statistics:
+        return
+    with torch.no_grad():
+        rest = {k: v.detach() for k, v in statistics.items() if k != client.TASK_LOSS}
+        if client.TASK_LOSS in statistics:
+            client.add_task_loss(statistics[client.TASK_LOSS])
+        if rest:
+            client.gather(rest)
 
 
 def batch_loss(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
