@@ -24,10 +24,14 @@ def project() -> dict:
 
 
 def requirements() -> list[Requirement]:
-    """Every requirement of the package and of its extras (the self-references `flsuite[...]` left out)."""
+    """Every requirement the dev install resolves, the lock's scope: the package's, the dev extra's and those of the
+    extras dev names (`flsuite[...]`, the self-references left out). An extra installed apart is not locked (`bench`:
+    Flower pins its own Ray, so it gets a venv of its own)."""
     p = project()
-    reqs = [Requirement(r) for r in p["dependencies"]]
-    reqs += [Requirement(r) for extra in p["optional-dependencies"].values() for r in extra]
+    extras = p["optional-dependencies"]
+    dev = [Requirement(r) for r in extras["dev"]]
+    names = {"dev"} | {e for r in dev if canonicalize_name(r.name) == "flsuite" for e in r.extras}
+    reqs = [Requirement(r) for r in p["dependencies"]] + [Requirement(r) for name in sorted(names) for r in extras[name]]
     return [r for r in reqs if canonicalize_name(r.name) != "flsuite"]
 
 

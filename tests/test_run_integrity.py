@@ -424,9 +424,15 @@ def test_options_added_after_a_run_started_do_not_block_its_resume_at_their_defa
     from flsuite.runfolder import check_resume_config
 
     defaults = option_defaults()
-    assert defaults["local.loop"] == "lean" and defaults["local.lr_milestones"] == []
+    assert defaults["local.loop"] == "auto" and defaults["local.lr_milestones"] == []
     old = {"seed": 0, "local": {"lr": 0.01}}
-    new = {"seed": 0, "local": {"lr": 0.01, "loop": "lean", "lr_milestones": [], "augment": {"hflip": False}}, "protocol": None}
+    new = {"seed": 0, "local": {"lr": 0.01, "loop": "auto", "lr_milestones": [], "augment": {"hflip": False}}, "protocol": None}
     assert check_resume_config(yaml.safe_dump(old), yaml.safe_dump(new), "r", defaults=option_defaults).blocking == []
+    # a run begun when the default was `lean` (its config says so) resumes under the new default `auto`, which
+    # continues on the loop the run began with; an explicit other loop would change the experiment
+    began_lean = {"seed": 0, "local": {"lr": 0.01, "loop": "lean"}}
+    assert check_resume_config(yaml.safe_dump(began_lean), yaml.safe_dump(new), "r", defaults=option_defaults).allowed == ["local.loop"]
+    with pytest.raises(ValueError, match=r"local.loop: 'lean' -> 'compiled'"):
+        check_resume_config(yaml.safe_dump(began_lean), yaml.safe_dump({**new, "local": {**new["local"], "loop": "compiled"}}), "r", defaults=option_defaults)
     with pytest.raises(ValueError, match=r"local.loop: \(absent\) -> 'standard'"):
         check_resume_config(yaml.safe_dump(old), yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}), "r", defaults=option_defaults)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import yaml
 from jsonargparse import lazy_instance
 
 from flsuite.data.base import DataSource, FederatedData
@@ -209,8 +210,8 @@ class Federation:
             run_dir.mkdir(parents=True, exist_ok=True)
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
+            choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
-            choice = self.loop_choice(fed, state)
             write_json(run_dir / "environment.json", environment_info(self.seed) | {"local_loop": choice.as_record()})
             tracker = Tracker(run_dir, self.wandb, group=self.name, config=_config_dict(config_yaml), labels=run_labels(self.method, self.data, self.setup))
             try:
@@ -254,7 +255,8 @@ class Federation:
         if "local_loop" in state.outputs:
             choice = LoopChoice(**state.outputs["local_loop"])
         elif state.history and self.local.loop == "auto":  # resuming a run begun before `auto` (checkpoint format 3)
-            choice = LoopChoice("lean", "the loop this resumed run began with (the default before local.loop auto)", "auto")
+            began = ((yaml.safe_load(state.config_yaml or "") or {}).get("local") or {}).get("loop", "lean")  # lean: the old default
+            choice = LoopChoice(began, "the loop this resumed run began with (before local.loop auto)", "auto")
             state.outputs["local_loop"] = choice.as_record()
         else:
             choice = choose_loop(

@@ -213,7 +213,8 @@ def test_standard_loop_gives_the_lean_loops_weights(tmp_path, monkeypatch, metho
 
 def test_precision_other_than_32_needs_the_standard_loop():
     with pytest.raises(ValueError, match="local.precision '16-mixed' needs local.loop: standard"):
-        LocalTraining(precision="16-mixed")
+        LocalTraining(precision="16-mixed", loop="lean")
+    LocalTraining(precision="16-mixed")  # the default `auto` takes the standard loop (flsuite.federation.local.choice)
     with pytest.raises(ValueError, match="local.precision must be"):
         LocalTraining(precision="16", loop="standard")
     with pytest.raises(ValueError, match="local.loop must be"):

@@ -82,3 +82,16 @@ def test_a_resumed_run_keeps_the_loop_it_began_with(tmp_path, monkeypatch):
     head_federation(None, rounds=3, method=Scaffold()).fit(resume=tmp_path)
     assert environment(tmp_path)["loop"] == "lean"
     assert load_checkpoint(tmp_path).outputs["local_loop"]["loop"] == "lean"
+
+
+@pytest.mark.parametrize(("config_yaml", "began"), [("local:\n  loop: standard\n", "standard"), ("seed: 7\n", "lean")], ids=["named", "default"])
+def test_a_run_begun_before_auto_resumes_on_the_loop_its_config_named(tmp_path, config_yaml, began):
+    """A checkpoint with no recorded choice (written before `auto`): the resumed run trains with the loop its own
+    config named, or lean (the default then) where it named none."""
+    head_federation(tmp_path, rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop=began)).fit(config_yaml=config_yaml)
+    (last,) = tmp_path.rglob("last.pt")
+    payload = torch.load(last, weights_only=False)
+    del payload["outputs"]["local_loop"]
+    torch.save(payload, last)
+    head_federation(None, rounds=3).fit(resume=tmp_path)
+    assert environment(tmp_path)["loop"] == began and "began with" in environment(tmp_path)["reason"]
