@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import sys
 
-from flsuite.cli import build_federation, fit_parser
+from flsuite.cli import federation_from_configs
 from flsuite.federation.checkpoint import FederationState
 
 
 def choice_of(configs: list[str]) -> tuple[int, str]:
-    parser = fit_parser()
-    cfg = parser.parse_args([a for c in configs for a in ("--config", c)] + ["--progress", "false", "--wandb.enabled", "false"])
-    federation = build_federation(parser, cfg)
+    federation = federation_from_configs(*configs)
     fed, _ = federation.build_data()
     return federation.rounds, federation.loop_choice(fed, FederationState.empty()).log_line()
 

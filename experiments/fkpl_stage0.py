@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flsuite.cli import build_federation, fit_parser
+from flsuite.cli import federation_from_configs
 from flsuite.methods.fkpl import FKPL
 from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, purity
 from flsuite.runtime import keep_freed_memory
@@ -39,8 +39,7 @@ def recovering(angles: np.ndarray, domains: list[str], step: float) -> str:
 
 
 def stage0_rows(config: str, step: float) -> list[str]:
-    parser = fit_parser()
-    federation = build_federation(parser, parser.parse_args(["--config", config, "--progress", "false", "--wandb.enabled", "false"]))
+    federation = federation_from_configs(config)
     method = federation.method
     if not isinstance(method, FKPL):
         return []

@@ -21,6 +21,7 @@ import os
 import pkgutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,14 @@ def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
     init = parser.instantiate(cfg)
     names = [p for p in inspect.signature(Federation.__init__).parameters if p != "self"]
     return Federation(**{name: init[name] for name in names})
+
+
+def federation_from_configs(*configs: str | Path, args: Sequence[str] = ()) -> Federation:
+    """The Federation `flsuite fit --config A --config B ... ARGS` would run, built but not started, quiet (no
+    progress bar, no W&B): for tools and tests that inspect a config's data, clusters or loop without training."""
+    parser = fit_parser()
+    argv = [a for c in configs for a in ("--config", str(c))] + ["--progress", "false", "--wandb.enabled", "false", *args]
+    return build_federation(parser, parser.parse_args(argv))
 
 
 def option_defaults() -> dict[str, Any]:

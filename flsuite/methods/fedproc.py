@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
-from flsuite.models.representation import forward_with_representation, logits_as_representation
+from flsuite.models.representation import ClassSums, forward_with_representation, logits_as_representation
 
 
 def prototype_contrastive_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, has: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
@@ -42,29 +42,17 @@ class LastEpochPrototypes(ClientModule):
 
     def _start_prototypes(self) -> None:
         self._use_logits = logits_as_representation(self.model)
-        # the last epoch's per-class sums [C, d] (float64) and counts [C], allocated at its first batch
-        self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._sums = ClassSums()  # the last epoch's per-class representation sums and counts
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
         """Sums the representations `z` by label `y` in the last local epoch (`logits` give the class count)."""
-        if self.epoch != self.epochs - 1:
-            return
-        z, y, num_classes = statistics["z"], statistics["y"], statistics["logits"].shape[1]
-        if self._sums is None:
-            self._sums = (
-                torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
-                torch.zeros(num_classes, dtype=torch.long, device=z.device),
-            )
-        sums, counts = self._sums
-        sums.index_add_(0, y, z.to(torch.float64))
-        counts += torch.bincount(y, minlength=num_classes)
+        if self.epoch == self.epochs - 1:
+            self._sums.add(statistics["z"], statistics["y"], statistics["logits"].shape[1])
 
     def upload(self) -> dict:
-        if self._sums is None:
+        if self._sums.counts is None:
             return {}
-        sums, counts = self._sums
-        means = sums / counts.clamp(min=1)[:, None]
-        return {"protos": means.float().cpu(), "has": (counts > 0).cpu()}
+        return {"protos": self._sums.means().float().cpu(), "has": (self._sums.counts > 0).cpu()}
 
 
 class FedProcClient(LastEpochPrototypes):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
-from flsuite.models.representation import forward_with_representation, logits_as_representation
+from flsuite.models.representation import ClassSums, forward_with_representation, logits_as_representation
 
 
 def masked_mse(z: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -42,8 +42,7 @@ class FedProtoClient(ClientModule):
         self._protos: tuple[torch.Tensor, torch.Tensor] | None = (
             (protos.to(self.device), self.task.broadcast["has"].to(self.device)) if protos is not None else None
         )
-        # this fit's per-class sums [C, d] (float64) and counts [C], allocated at the first batch
-        self._sums: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._sums = ClassSums()  # this fit's per-class representation sums and counts
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
@@ -55,22 +54,12 @@ class FedProtoClient(ClientModule):
         return loss, {"z": z, "y": y, "logits": logits, self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
-        z, y, num_classes = statistics["z"], statistics["y"], statistics["logits"].shape[1]
-        if self._sums is None:
-            self._sums = (
-                torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device),
-                torch.zeros(num_classes, dtype=torch.long, device=z.device),
-            )
-        sums, counts = self._sums
-        sums.index_add_(0, y, z.to(torch.float64))
-        counts += torch.bincount(y, minlength=num_classes)
+        self._sums.add(statistics["z"], statistics["y"], statistics["logits"].shape[1])
 
     def upload(self) -> dict:
-        if self._sums is None:
+        if self._sums.counts is None:
             return {}
-        sums, counts = self._sums
-        means = sums / counts.clamp(min=1)[:, None]
-        return {"protos": means.float().cpu(), "counts": counts.cpu()}
+        return {"protos": self._sums.means().float().cpu(), "counts": self._sums.counts.cpu()}
 
 
 class FedProto(FedAvg):

@@ -61,3 +61,25 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     for p in other.parameters():
         p.requires_grad_(False)
     return other
+
+
+class ClassSums:
+    """Per-class sums of representations [C, d] (float64) and counts [C] over a fit's batches, allocated at the
+    first batch (FedProto's prototypes over every step, FedProc's and FPL's over the last epoch)."""
+
+    def __init__(self) -> None:
+        self.sums: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
+
+    def add(self, z: torch.Tensor, y: torch.Tensor, num_classes: int) -> None:
+        """Add a batch's representations `z` [B, d] by label `y` [B]."""
+        if self.sums is None or self.counts is None:
+            self.sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device)
+            self.counts = torch.zeros(num_classes, dtype=torch.long, device=z.device)
+        self.sums.index_add_(0, y, z.to(torch.float64))
+        self.counts += torch.bincount(y, minlength=num_classes)
+
+    def means(self) -> torch.Tensor:
+        """The per-class means [C, d] (float64; 0 for a class never seen)."""
+        assert self.sums is not None and self.counts is not None, "no batch was added"
+        return self.sums / self.counts.clamp(min=1)[:, None]

@@ -355,3 +355,14 @@ def test_the_task_loss_is_the_cross_entropy_without_the_methods_terms(tmp_path, 
         assert all(abs(r.train_loss - r.task_loss) > 1e-6 for r in later)
     else:
         assert all(r.train_loss > r.task_loss + 1e-6 for r in later)
+
+
+def test_fedprotos_masked_mse_is_the_mse_over_the_masked_rows():
+    """`masked_mse` (no data-dependent shape, so the compiled loop can scan it) against boolean indexing; no row: 0."""
+    from flsuite.methods.fedproto import masked_mse
+
+    torch.manual_seed(0)
+    z, target = torch.randn(6, 4), torch.randn(6, 4)
+    mask = torch.tensor([True, False, True, True, False, False])
+    torch.testing.assert_close(masked_mse(z, target, mask), F.mse_loss(z[mask], target[mask]), rtol=1e-6, atol=0)
+    assert masked_mse(z, target, torch.zeros(6, dtype=torch.bool)).item() == 0.0

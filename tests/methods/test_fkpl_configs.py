@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flsuite.cli import build_federation, fit_parser
+from flsuite.cli import federation_from_configs
 from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, purity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,9 +21,7 @@ OFFICE = REPO.parent / "shared" / "data" / "office_caltech_10"
 @pytest.mark.skipif(not OFFICE.is_dir(), reason=f"shared data not present: {OFFICE}")
 def test_the_office_pixel_config_clusters_its_clients_into_their_domains(monkeypatch):
     monkeypatch.setenv("FLSUITE_DATA", str(REPO))  # the config's root is relative to the checkout
-    parser = fit_parser()
-    config = REPO / "configs" / "fkpl" / "office_caltech10_resnet10.yaml"
-    federation = build_federation(parser, parser.parse_args(["--config", str(config), "--progress", "false", "--wandb.enabled", "false"]))
+    federation = federation_from_configs(REPO / "configs" / "fkpl" / "office_caltech10_resnet10.yaml")
     fed, _ = federation.build_data()
     fkpl = federation.method
     bases = [SubspaceBasis(fkpl.basis, fkpl.per_class).compute(client, None, None)["basis"] for client in fed.clients]
