@@ -7,6 +7,9 @@ h̄ = (1/N) Σ_{all k} h_k (it can, since it receives every θ_k). In round t, f
 for K local steps at rate η, then, with Δ_k = θ_k − w:
     h_k ← h_k + Δ_k,      c_k⁺ = c_k − c − Δ_k / (K η)            (as SCAFFOLD's option II)
 and uploads θ_k and Δc_k = c_k⁺ − c_k (two parameter sets: the paper's doubled upload, counted in `bytes_up`).
+η in c_k⁺ is the base learning rate (official: `beta = 1/n_minibatch/learning_rate`, the undecayed rate; `drift_lr:
+current` divides by the round's rate instead, 1000× larger after FedEGG's ×0.001 drop), and every step's gradient is
+clipped to norm 10 before the optimiser step (official `max_norm = 10`; `clip_norm: null` turns it off).
 Server, over the round's clients S of N:
     c ← c + (1/N) Σ_{k∈S} Δc_k,    h̄ ← h̄ + (1/N) Σ_{k∈S} Δ_k,    w ← (1/|S|) Σ_{k∈S} θ_k + h̄
 (the paper's w = mean_k(θ_k + h_k) under full participation).
@@ -14,12 +17,13 @@ Server, over the round's clients S of N:
 Decisions: uniform client weights (the official code scales α and c by n̄/n_k, 1 for equal-size clients); with SGD
 momentum the divisor is the effective step count (`scaffold.effective_steps`, as the suite's SCAFFOLD). The drift,
 correction and states cover the trainable parameters; buffers are averaged as FedAvg (∝ client sample count).
-In round 1 (h_k = c = c_k = 0) the clients are exactly FedProx's with μ = α.
+In round 1 (h_k = c = c_k = 0) the clients are exactly FedProx's with μ = α where the clipping does not act.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +35,10 @@ from flsuite.methods.scaffold import effective_steps
 
 
 class FedDCClient(ClientModule):
-    """CE + α/2‖θ − (w − h_k)‖² + ⟨θ, c − c_k⟩; updates h_k and c_k after local training."""
+    """CE + α/2‖θ − (w − h_k)‖² + ⟨θ, c − c_k⟩; gradients clipped to `clip_norm`; updates h_k and c_k after local
+    training."""
+
+    step_hooks = True  # the gradient clipping
 
     def begin(self) -> None:
         h: dict[str, torch.Tensor] = self.task.state.get("h", {})
@@ -48,6 +55,7 @@ class FedDCClient(ClientModule):
         self._target = {n: self._anchor[n] - self._h[n] for n in self._anchor}
         self._correction = {n: self._c[n] - self._c_k[n] for n in self._anchor}
         self._corrected = any(bool(v.any()) for v in self._correction.values())
+        self._trainable = [p for p in self.model.parameters() if p.requires_grad]
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ce = F.cross_entropy(self.model(x), y)
@@ -58,9 +66,14 @@ class FedDCClient(ClientModule):
             loss = loss + sum((p * self._correction[n]).sum() for n, p in params)
         return loss, {self.TASK_LOSS: ce}
 
+    def before_optimizer_step(self) -> None:
+        if self.method.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._trainable, self.method.clip_norm)
+
     def end(self) -> None:
         momentum = self.local.sgd_momentum
-        scale = 1.0 / (effective_steps(max(self.num_steps, 1), momentum) * self.local.lr_at(self.task.round))
+        lr = self.local.lr if self.method.drift_lr == "base" else self.local.lr_at(self.task.round)
+        scale = 1.0 / (effective_steps(max(self.num_steps, 1), momentum) * lr)
         params = dict(self.model.named_parameters())
         self._new_h, self._new_c_k, self._delta_c = {}, {}, {}
         for n in self._anchor:
@@ -82,14 +95,21 @@ class FedDC(Method):
 
     Args:
         alpha: Weight α of the drift penalty (official code: 0.01 for CIFAR).
+        drift_lr: The η dividing Δ_k in c_k⁺: "base" (`local.lr`, the official code) or "current" (the round's
+            scheduled rate, this suite's form before issue 23).
+        clip_norm: Clip each step's gradient (trainable parameters) to this norm (official: 10); null: no clipping.
     """
 
     client_module = FedDCClient
 
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, alpha: float = 0.01, drift_lr: Literal["base", "current"] = "base", clip_norm: float | None = 10.0) -> None:
         if alpha < 0:
             raise ValueError(f"FedDC alpha must be >= 0, got {alpha}")
-        self.alpha = alpha
+        if drift_lr not in ("base", "current"):
+            raise ValueError(f"FedDC drift_lr must be 'base' or 'current', got {drift_lr!r}")
+        if clip_norm is not None and not clip_norm > 0:
+            raise ValueError(f"FedDC clip_norm must be > 0 or null, got {clip_norm}")
+        self.alpha, self.drift_lr, self.clip_norm = alpha, drift_lr, clip_norm
 
     def init_server_state(self, global_weights: Weights) -> State:
         return {"c": {}, "h": {}}  # zeros until the first round

@@ -90,10 +90,14 @@ def test_feddc_round_one_clients_are_fedprox_with_mu_alpha(tmp_path):
         assert all(torch.equal(a.weights[k], b.weights[k]) for k in a.weights)
 
 
-def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path):
+@pytest.mark.parametrize("drift_lr", ["base", "current"])
+def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path, drift_lr):
+    """Two rounds with the rate dropped ×0.1 in round 2: c_k⁺ divides Δ_k by the base rate (official) or by the
+    round's rate (`drift_lr: current`)."""
     rec = Recording()
     alpha = 0.1
-    fed = head_federation(tmp_path, rounds=2, local=SGD, method=FedDC(alpha=alpha), executor=rec, checkpoint_every=1)
+    local = LocalTraining(epochs=2, batch_size=16, lr=0.05, lr_milestones=[2], lr_gamma=0.1, momentum=0.0, weight_decay=0.0)
+    fed = head_federation(tmp_path, rounds=2, local=local, method=FedDC(alpha=alpha, drift_lr=drift_lr), executor=rec, checkpoint_every=1)
     w = {k: v.double() for k, v in initial_weights(fed).items()}
     fed.fit()
     names, N = ("1.weight", "1.bias"), 4
@@ -107,7 +111,8 @@ def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path):
             k, K = r.client_id, r.num_steps
             for n in names:
                 delta = r.weights[n].double() - w[n]
-                c_plus = c_k[k][n] - c[n] - delta / (K * SGD.lr)
+                eta = local.lr if drift_lr == "base" else local.lr_at(rnd)
+                c_plus = c_k[k][n] - c[n] - delta / (K * eta)
                 torch.testing.assert_close(r.upload["delta_c"][n].double(), c_plus - c_k[k][n], rtol=0, atol=1e-5)
                 h_k[k][n], c_k[k][n] = h_k[k][n] + delta, c_plus
                 torch.testing.assert_close(r.state["h"][n].double(), h_k[k][n], rtol=0, atol=1e-6)
@@ -124,6 +129,30 @@ def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path):
         # h̄ is the mean of every client's drift (all four clients take part in this federation)
         torch.testing.assert_close(hbar[n], sum(h_k[k][n] for k in range(N)) / N, rtol=0, atol=1e-12)
     assert c[names[0]].abs().sum() > 0 and hbar[names[0]].abs().sum() > 0
+
+
+@pytest.mark.parametrize("clip_norm", [1e-2, None])
+def test_feddc_clips_each_step_gradient_to_clip_norm(tmp_path, clip_norm):
+    """One round-1 step from w (h_k = 0: the drift penalty's gradient is 0 there): θ_k − w = −η · g, with ‖g‖ clipped
+    to `clip_norm` (official max_norm) or, unclipped, the cross-entropy gradient's norm (far above 1e-2; float32 weights: rtol 1e-3)."""
+    rec = Recording()
+    one_step = LocalTraining(steps=1, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
+    fed = head_federation(tmp_path, rounds=1, local=one_step, method=FedDC(alpha=0.1, clip_norm=clip_norm), executor=rec)
+    w = initial_weights(fed)
+    fed.fit()
+    for r in rec.results:
+        step = torch.cat([(r.weights[n].double() - w[n].double()).flatten() for n in ("1.weight", "1.bias")]).norm()
+        if clip_norm is None:
+            assert step > 0.05 * 0.1
+        else:
+            torch.testing.assert_close(step, torch.tensor(0.05 * clip_norm, dtype=torch.float64), rtol=1e-3, atol=0)
+
+
+def test_feddc_refuses_bad_options():
+    with pytest.raises(ValueError, match="drift_lr must be 'base' or 'current', got 'round'"):
+        FedDC(drift_lr="round")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="clip_norm must be > 0 or null, got 0"):
+        FedDC(clip_norm=0)
 
 
 def test_feddc_uploads_weights_and_delta_c(tmp_path):
