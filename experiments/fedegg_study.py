@@ -2,6 +2,9 @@
 
     OMP_NUM_THREADS=1 nice -n 10 python experiments/fedegg_study.py --study table --seeds 0
     ... --study levels | --study tau | --study convergence (a PNG from the table study's runs)
+    ... --study strength    (issue 23: every method plain and + FedEGG-LH as T_g = 1 (the paper's), 5, 20 and
+                             shared_head; paired per seed, with rounds guided and the guiding update's size)
+    ... --study strength --part N/M   (only the N-th of M slices of its runs, to run M processes side by side)
 
 Every run is the configs' run (`flsuite fit --config configs/fedegg/cpu/mnist_dir0.1.yaml [--config <method>]
 [--config configs/fedegg/with_fedegg.yaml]`, parsed by the CLI's own parser, its resolved YAML in the run folder),
@@ -58,12 +61,14 @@ _data: dict[tuple[str, int], FederatedData] = {}
 _guiding: dict[str, FederatedData] = {}
 
 
-def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: float | None):
+def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: float | None, step_args: dict | None = None):
     parser = fit_parser()
     argv = [a for c in configs for a in ("--config", c)] + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false"]
     cfg = parser.parse_args(argv)
     if tau is not None:  # a fixed τ (the sweep), in the resolved config too
         cfg.server_steps[0].init_args.tau = tau
+    for key, value in (step_args or {}).items():  # FedEGG options of a variant, in the resolved config too
+        setattr(cfg.server_steps[0].init_args, key, value)
     fed = build_federation(parser, cfg)
     if (setting, seed) not in _data:
         prewarm(fed.data, seed)
@@ -79,11 +84,11 @@ def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: 
     return fed, resolved_config_yaml(parser, cfg)
 
 
-def run(study: str, setting: str, label: str, configs: list[str], seed: int, tau: float | None = None) -> Path:
+def run(study: str, setting: str, label: str, configs: list[str], seed: int, tau: float | None = None, step_args: dict | None = None) -> Path:
     run_dir = Path("runs/fedegg") / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
     if not (run_dir / "summary.json").is_file():
         t0 = time.time()
-        fed, yaml = federation([BASE, *SETTINGS[setting], *configs], seed, run_dir, setting, tau)
+        fed, yaml = federation([BASE, *SETTINGS[setting], *configs], seed, run_dir, setting, tau, step_args)
         fed.fit(config_yaml=yaml)
         print(f"{study} {setting} {label} seed{seed}: {time.time() - t0:.0f}s", flush=True)
     return run_dir
@@ -120,6 +125,59 @@ def table(seeds: list[int]) -> str:
             row += [mean_std(plain), mean_std(guided), f"{sum(delta) / len(delta):+.2f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+#: The guiding-strength variants of FedEGG-LH (issue 23): the paper's T_g = 1, more steps per guided round, and the
+#: FL head trained on mapped guiding labels (shared_head, spec A1).
+STRENGTH = {"LH": {}, "LH T5": {"steps": 5}, "LH T20": {"steps": 20}, "LH shared": {"shared_head": True}}
+
+
+def strength_runs(seeds: list[int]) -> list[tuple]:
+    """Every (setting, method, variant, seed) of the strength study, seed-major so a partial run covers all rows."""
+    return [(setting, name, variant, seed) for seed in seeds for setting in SETTINGS for name in METHODS for variant in (None, *STRENGTH)]
+
+
+def strength_run(setting: str, name: str, variant: str | None, seed: int) -> Path:
+    overlay = METHODS[name]
+    if variant is None:
+        return run("strength", setting, name, overlay, seed)
+    return run("strength", setting, f"{name} + {variant}", [*overlay, LEVELS["LH"]], seed, step_args=STRENGTH[variant])
+
+
+def guided_log(run_dir: Path) -> tuple[int, float]:
+    """Rounds guided and the mean update_ratio over the guided rounds."""
+    hist = [r for r in records(run_dir) if "server/fedegg/gate" in r]
+    guided = [r["server/fedegg/update_ratio"] for r in hist if r["server/fedegg/gate"]]
+    return len(guided), (sum(guided) / len(guided) if guided else 0.0)
+
+
+def strength(seeds: list[int]) -> str:
+    per_seed = " / ".join(str(s) for s in seeds)
+    out = []
+    for setting in SETTINGS:
+        head = " | ".join(f"+ {v}: Δ (seeds {per_seed}) | guided | ratio" for v in STRENGTH)
+        out += [f"### {setting.replace('dir', 'Dir(')})", "", f"| method | alone | {head} |", "|---|---|" + "---|---|---|" * len(STRENGTH)]
+        for name in METHODS:
+            plain = [last_acc(strength_run(setting, name, None, s)) for s in seeds]
+            row = [name, mean_std(plain)]
+            for variant in STRENGTH:
+                dirs = [strength_run(setting, name, variant, s) for s in seeds]
+                deltas = [last_acc(d) - p for d, p in zip(dirs, plain)]
+                logs = [guided_log(d) for d in dirs]
+                mean = sum(deltas) / len(deltas)
+                row += [
+                    f"{mean:+.2f} ({' / '.join(f'{d:+.2f}' for d in deltas)})",
+                    " / ".join(str(g) for g, _ in logs),
+                    f"{sum(r for _, r in logs) / len(logs):.3f}",
+                ]
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    out.append(
+        "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds, mean ± std over seeds); Δ: + FedEGG "
+        "minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); ratio: mean over guided "
+        "rounds and seeds of server/fedegg/update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖."
+    )
+    return "\n".join(out)
 
 
 def levels(seeds: list[int]) -> str:
@@ -187,15 +245,25 @@ def convergence(seeds: list[int], out: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--study", choices=["table", "levels", "tau", "convergence"], required=True)
+    p.add_argument("--study", choices=["table", "levels", "tau", "convergence", "strength"], required=True)
+    p.add_argument("--part", default=None, help="N/M: run only the N-th of M slices of the study's runs (no table)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--taus", type=float, nargs="+", default=[-3.0, -2.0, -1.0, 0.0, 1.0])
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
     args = p.parse_args()
+    if args.part:
+        if args.study != "strength":
+            p.error("--part is for --study strength")
+        n, m = (int(v) for v in args.part.split("/"))
+        for item in strength_runs(args.seeds)[n - 1 :: m]:
+            strength_run(*item)
+        return
+    if args.out is None:
+        p.error("--out is required (but with --part)")
     if args.study == "convergence":
         convergence(args.seeds, args.out)
         return
-    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus)}[args.study](args.seeds)
+    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus), "strength": strength}[args.study](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
     command = f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} --seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
     args.out.write_text(f"<!-- regenerate: {command} -->\n{body}\n")

@@ -65,6 +65,13 @@ def related_classes(mapping: Mapping[str, Sequence[str]], per_class: int = 2) ->
     return taken
 
 
+def chosen_for(mapping: Mapping[str, Sequence[str]], public: str) -> str | None:
+    """The FL class a public class stands for: the one ranking it best (rank, then file order: the FL class LH's
+    rank-by-rank selection takes it for); None when no FL class lists it (an unrelated class)."""
+    ranks = [(ranked.index(public), i, fl) for i, (fl, ranked) in enumerate(mapping.items()) if public in ranked]
+    return min(ranks)[2] if ranks else None
+
+
 def select_classes(
     mapping: Mapping[str, Sequence[str]],
     level: Level,
@@ -95,7 +102,9 @@ def select_classes(
 
 class GuidingSet(DataSource):
     """A guiding set: the selected public classes of `sources`, relabelled 0..G−1 in selection order, as one client
-    (pooled training samples of every source client) and a test split (the sources' test samples of those classes).
+    (pooled training samples of every source client) and a test split (the sources' test samples of those classes);
+    `description["fl_classes"]` names, per guiding label, the FL class it was chosen for (`chosen_for`; None for an
+    unrelated class), which FedEGG's `shared_head` maps labels through.
     Use it as FedEGG's `data: {source: <this>}`; the sources must live in the federation's input space (the same
     frozen encoder and preprocessing).
 
@@ -183,7 +192,8 @@ class GuidingSet(DataSource):
         train = Split(torch.cat(train_x), torch.cat(train_y))
         test = Split(torch.cat(test_x), torch.cat(test_y))
         test_splits = {"guiding": test} if len(test) else {"guiding": train}
-        description = {"source": "guiding set", "level": self.level, "classes": chosen}
+        mapping = load_mapping(self.mapping)
+        description = {"source": "guiding set", "level": self.level, "classes": chosen, "fl_classes": [chosen_for(mapping, p) for p in chosen]}
         return FederatedData([ClientData(0, "guiding", train)], test_splits, num_classes=len(chosen), classes=tuple(chosen), description=description)
 
 

@@ -110,8 +110,16 @@ class RunContext:
         return scratch[key]
 
     # ---- the server ------------------------------------------------------------------------------------------
-    def server_context(self, round: int, results: Sequence[ClientResult] = (), model: ModelSpec | None = None, num_clients: int | None = None) -> ServerContext:
-        """The server's context in `round`: its random stream, the round's results, `model` (the run's by default)."""
+    def server_context(
+        self,
+        round: int,
+        results: Sequence[ClientResult] = (),
+        model: ModelSpec | None = None,
+        num_clients: int | None = None,
+        start_weights: Weights | None = None,
+    ) -> ServerContext:
+        """The server's context in `round`: its random stream, the round's results and starting weights, `model` (the
+        run's by default)."""
         spec, data = model or self.settings.model, self.data
         return ServerContext(
             round,
@@ -120,6 +128,7 @@ class RunContext:
             len(data.clients) if num_clients is None else num_clients,
             lambda: spec.build(data.input_shape, data.num_classes),
             self.settings.local.accelerator,
+            start_weights,
         )
 
     # ---- phases ----------------------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ class Rounds(Phase):
         t_clients = time.perf_counter() - t0
         results, failed, rejected = _usable(rnd, outcomes, settings.on_client_failure)
 
-        server = ctx.server_context(rnd, results, self.model, num_clients=len(clients))
+        server = ctx.server_context(rnd, results, self.model, num_clients=len(clients), start_weights=state.global_weights)
         weights, server_state = method.aggregate(rnd, state.global_weights, results, state.server_state, ctx=server)
         update = method.server_update(server, weights, server_state)
         weights, step_states, step_metrics = run_server_steps(steps, server, update.weights, state.step_states)

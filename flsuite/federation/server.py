@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from flsuite import progress
-from flsuite.data.base import DataSource, EpochBatches, Split
+from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
 from flsuite.federation.local.client import make_trainer
 from flsuite.federation.local.loops import LocalFit
 from flsuite.federation.method import ClientModule, HyperParameters, Method
@@ -56,6 +56,8 @@ class ServerContext:
     num_clients: int
     build_model: Callable[[], nn.Module]
     accelerator: str = "cpu"
+    #: The global weights the round's clients started from (W_{t−1}); None outside a round.
+    start_weights: Weights | None = None
 
     def seed_for(self, purpose: str) -> int:
         return derive_seed(self.seed, self.round, purpose=f"server/{purpose}")
@@ -111,7 +113,10 @@ class PublicData:
     split: Literal["train", "test"] = "train"
 
     def build(self, seed: int) -> Split:
-        data = self.source.build(seed)
+        return self.pool(self.source.build(seed))
+
+    def pool(self, data: FederatedData) -> Split:
+        """The samples of `split` of the source's built data, pooled."""
         parts = [c.train for c in data.clients] if self.split == "train" else list(data.test.values())
         return Split(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
 

@@ -17,9 +17,15 @@ Every round, after X's aggregation W̄_t (Alg. 1 phase 2):
         T_g times: W̄_t ← W̄_t − γ_t ∇F(W̄_t, ξ^g)         (Eq. 7; ξ^g a mini-batch of D^g, γ_t = η_t, A8)
         L^g ← L(W̄_t, D^g)                                 (refreshed only when guiding ran)
     W_t ← W̄_t
+    update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖          (over the model's parameters; 0 in unguided rounds)
 
 Decisions (spec rows): the guiding task trains the shared trunk `features` and its own Linear head, held in this
-step's state, server-only, never averaged; the FL head is untouched by Eq. 7 (A1). f^l = `model.features(x)`, the
+step's state, server-only, never averaged; the FL head is untouched by Eq. 7 (A1). With `shared_head` the guiding
+labels are mapped onto FL labels through the selection table (a `GuidingSet` records, per guiding class, the FL class
+it was chosen for) and Eq. 7 trains the whole model, FL head included; a guiding class chosen for no FL class (MH's
+and HH's unrelated classes) is refused by name. BatchNorm statistics update during guiding (train mode, A17) unless
+`freeze_bn`, which keeps every BatchNorm layer in eval mode there (running statistics used and kept; their affine
+weights still train). f^l = `model.features(x)`, the
 last hidden layer (post-ReLU for the suite's MLP/CNN heads), cos clamped to ≥ 1e-8 before log₂ (A2); log₂ everywhere
 (A5). L_k = the client's mean mini-batch loss of the round (A9); L^g on D^g or a fixed seeded subset of `eval_size`.
 Guiding steps are plain SGD (no momentum or weight decay, Eq. 7) at γ_t = `lr_scale` · `local.lr_at(t)`;
@@ -31,13 +37,14 @@ features, the encoder is the pre-trained part).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.data.base import ClientData, EpochBatches, Split
+from flsuite.data.base import ClientData, DataError, EpochBatches, FederatedData, Split
 from flsuite.federation.query import ClientQuery, QueryTask
 from flsuite.federation.server import (
     PublicData,
@@ -116,15 +123,60 @@ class TauQuery(ClientQuery):
         return {"tau_k": torch.tensor(log2_cos(mean, task.broadcast["guide_mean"]), dtype=torch.float64)}
 
 
-class Guided(nn.Module):
-    """The shared trunk with the guiding head: head_g(features(x)); the FL head is not in the graph."""
+def fl_labels(guiding: FederatedData, fl_classes: Sequence[str]) -> torch.Tensor:
+    """The FL label of every guiding label (shared_head): the FL class the `GuidingSet` chose each guiding class for
+    (`description["fl_classes"]`), as an index into the federation's `fl_classes`."""
+    chosen_for = guiding.description.get("fl_classes")
+    if not isinstance(chosen_for, list) or len(chosen_for) != guiding.num_classes:
+        raise DataError(
+            "FedEGG shared_head: the guiding data does not say which FL class each guiding class stands for "
+            "(a GuidingSet records it in description['fl_classes']); use a GuidingSet or shared_head: false"
+        )
+    unmapped = [g for g, fl in zip(guiding.classes, chosen_for) if fl is None]
+    if unmapped:
+        raise DataError(
+            f"FedEGG shared_head: guiding classes {unmapped} were chosen for no FL class (the unrelated classes of MH/HH); "
+            "shared_head needs every guiding class mapped (LH), or use shared_head: false"
+        )
+    unknown = sorted({fl for fl in chosen_for if fl not in fl_classes})
+    if unknown:
+        raise DataError(f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}")
+    return torch.tensor([list(fl_classes).index(fl) for fl in chosen_for])
 
-    def __init__(self, model: nn.Module, head: nn.Linear) -> None:
+
+def update_ratio(start: Weights | None, aggregated: Weights, guided: Weights, model: nn.Module) -> float:
+    """‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖ over the model's parameters (float64): the guiding update's size relative to
+    the round's aggregated update (inf when the aggregate did not move)."""
+    if start is None:
+        raise ValueError("FedEGG's update_ratio needs the round's starting weights (ServerContext.start_weights)")
+    names = [n for n, _ in model.named_parameters()]
+
+    def norm(a: Weights, b: Weights) -> float:
+        return math.sqrt(sum(float((a[n].double() - b[n].double()).pow(2).sum()) for n in names))
+
+    guiding, aggregate = norm(guided, aggregated), norm(aggregated, start)
+    return guiding / aggregate if aggregate > 0 else (math.inf if guiding > 0 else 0.0)
+
+
+class Guided(nn.Module):
+    """What the guiding step trains: the shared trunk with the guiding head, head_g(features(x)) (the FL head not in
+    the graph), or with `head` None the whole model (shared_head). With `freeze_bn`, `train()` leaves the model's
+    BatchNorm layers in eval mode."""
+
+    def __init__(self, model: nn.Module, head: nn.Linear | None, freeze_bn: bool = False) -> None:
         super().__init__()
-        self.model, self.head = model, head
+        self.model, self.head, self.freeze_bn = model, head, freeze_bn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(check_contract(self.model).features(x))
+        return self.model(x) if self.head is None else self.head(check_contract(self.model).features(x))
+
+    def train(self, mode: bool = True) -> Guided:
+        super().train(mode)
+        if self.freeze_bn:
+            for module in self.model.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        return self
 
 
 class FedEGG(ServerStep):
@@ -140,6 +192,8 @@ class FedEGG(ServerStep):
         steps: Guiding steps T_g per round.
         batch_size: Guiding mini-batch size.
         lr_scale: γ_t = lr_scale · η_t (1: the paper's γ = η; 0 disables guiding, Remark 3.9).
+        shared_head: Train the FL head on the guiding labels mapped to FL labels (spec A1), instead of a guiding head.
+        freeze_bn: BatchNorm layers in eval mode during the guiding steps (A17; default: train mode, stats update).
         latch: Stop guiding for good the first time the gate closes (A12); default: re-check every round (Alg. 1).
         eval_size: L^g on at most this many guiding samples (a fixed seeded subset; null: all of D^g, A9).
         num_classes: Guiding classes (the guiding head's outputs); null: max label + 1.
@@ -159,6 +213,8 @@ class FedEGG(ServerStep):
         latch: bool = False,
         eval_size: int | None = 2000,
         num_classes: int | None = None,
+        shared_head: bool = False,
+        freeze_bn: bool = False,
     ) -> None:
         if tau_form not in ("eq3", "remark"):
             raise ValueError(f"FedEGG tau_form must be 'eq3' or 'remark', got {tau_form!r}")
@@ -166,16 +222,20 @@ class FedEGG(ServerStep):
             raise ValueError("FedEGG needs 0 <= beta < 1, steps >= 1, batch_size >= 1, lr_scale >= 0 and eval_size >= 1 or null")
         self.data, self.tau, self.tau_form, self.rho, self.iota, self.beta = data, tau, tau_form, rho, iota, beta
         self.steps, self.batch_size, self.lr_scale, self.latch = steps, batch_size, lr_scale, latch
-        self.eval_size, self.num_classes = eval_size, num_classes
+        self.eval_size, self.num_classes, self.shared_head, self.freeze_bn = eval_size, num_classes, shared_head, freeze_bn
         self._split: Split | None = None
         self._eval: Split | None = None
         self._local: LocalTraining | None = None
 
     def prepare(self, run: RunContext) -> None:
         seed = run.settings.seed
-        self._split = self.data.build(seed)
+        built = self.data.source.build(seed)
+        self._split = self.data.pool(built)
         if len(self._split) == 0:
             raise ValueError("FedEGG: the guiding set (data) is empty")
+        if self.shared_head:
+            table = fl_labels(built, run.data.classes)
+            self._split = Split(self._split.x, table[self._split.y])
         n = len(self._split)
         keep = n if self.eval_size is None else min(n, self.eval_size)
         rows = torch.from_numpy(numpy_rng(seed, purpose="fedegg/eval").choice(n, keep, replace=False)).sort().values
@@ -189,8 +249,8 @@ class FedEGG(ServerStep):
         model = fed.model.build(run.data.input_shape, run.data.num_classes)
         model.load_state_dict(global_weights)
         guide_mean = mean_feature(model, self._split.x)
-        head = self._new_head(guide_mean.numel(), fed.seed)
-        state: State = {"head": clone_weights(head.state_dict()), "loss_c": None, "rounds_guided": 0, "stopped": False}
+        head = None if self.shared_head else self._new_head(guide_mean.numel(), fed.seed)
+        state: State = {"head": None if head is None else clone_weights(head.state_dict()), "loss_c": None, "rounds_guided": 0, "stopped": False}
         if self.tau is not None:
             state["tau"] = float(self.tau)
         elif self.tau_form == "eq3":
@@ -218,8 +278,9 @@ class FedEGG(ServerStep):
                 p.copy_(torch.rand(p.shape, generator=gen) * 2 * bound - bound)
         return head
 
-    def _guiding_loss(self, model: nn.Module, head: nn.Linear) -> float:
-        """L^g = mean cross-entropy of the guiding head on the evaluation rows of D^g."""
+    def _guiding_loss(self, model: nn.Module, head: nn.Linear | None) -> float:
+        """L^g = mean cross-entropy of the guiding task (its head, or the FL head on mapped labels) on the
+        evaluation rows of D^g."""
         assert self._eval is not None
         guided = Guided(model, head).eval()
         with torch.no_grad():
@@ -235,17 +296,29 @@ class FedEGG(ServerStep):
         guide = gate_open(loss_c, loss_g, tau) and not state["stopped"]
         gamma = self.lr_scale * self._local.lr_at(ctx.round)
         new = {**state, "loss_c": loss_c, "stopped": bool(state["stopped"] or (self.latch and not guide))}
+        aggregated, ratio_of_update = weights, 0.0
         if guide:
             model = ctx.model(weights)
-            head = torch.nn.utils.skip_init(nn.Linear, *reversed(state["head"]["weight"].shape))  # no global-RNG draw
-            head.load_state_dict(state["head"])
+            head = None
+            if state["head"] is not None:
+                head = torch.nn.utils.skip_init(nn.Linear, *reversed(state["head"]["weight"].shape))  # no global-RNG draw
+                head.load_state_dict(state["head"])
             if gamma > 0:
-                self._fit(ctx, Guided(model, head), gamma)
+                self._fit(ctx, Guided(model, head, self.freeze_bn), gamma)
                 weights = clone_weights(model.state_dict())
-                new["head"] = clone_weights(head.state_dict())
+                new["head"] = None if head is None else clone_weights(head.state_dict())
+                ratio_of_update = update_ratio(ctx.start_weights, aggregated, weights, model)
             new["loss_g"] = self._guiding_loss(model, head)
             new["rounds_guided"] = int(state["rounds_guided"]) + 1
-        metrics = {"tau": tau, "loss_c": loss_c, "loss_g": float(new["loss_g"]), "llr": ratio, "gate": int(guide), "lr": gamma}
+        metrics = {
+            "tau": tau,
+            "loss_c": loss_c,
+            "loss_g": float(new["loss_g"]),
+            "llr": ratio,
+            "gate": int(guide),
+            "lr": gamma,
+            "update_ratio": ratio_of_update,
+        }
         return ServerUpdate(weights, new, metrics)
 
     def _fit(self, ctx: ServerContext, guided: Guided, gamma: float) -> None:
@@ -253,5 +326,5 @@ class FedEGG(ServerStep):
         local = LocalTraining(steps=self.steps, batch_size=self.batch_size, lr=gamma, momentum=0.0, weight_decay=0.0, accelerator=ctx.accelerator)
         assert self._split is not None, "FedEGG.prepare builds the guiding set before the first step"
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), steps=self.steps)
-        ctx.train(guided, batches, local, purpose=self.name)
+        ctx.train(guided.train(), batches, local, purpose=self.name)  # a fit keeps the modules' modes: set them here
         guided.cpu()

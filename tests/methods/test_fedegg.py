@@ -27,6 +27,7 @@ from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedegg import (
     FedEGG,
+    fl_labels,
     gate_open,
     llr,
     log2_cos,
@@ -119,8 +120,9 @@ def test_eq6_momentum_on_a_hand_example():
 def test_loss_c_follows_eq6_from_the_clients_losses_and_the_gate_follows_eq8_every_round(tmp_path):
     rec = Recording()
     beta = 0.5
-    fed(tmp_path, rounds=6, executor=rec, server_steps=[FedEGG(guiding(), beta=beta, tau=-0.5)]).fit()
-    hist = records(tmp_path)
+    f = fed(tmp_path, rounds=6, executor=rec, server_steps=[FedEGG(guiding(), beta=beta, tau=-0.5)])
+    f.fit()
+    hist, loss_g0 = records(tmp_path), initial_loss_g(f, f.server_steps[0])
     expected, prev = [], None
     for rnd in range(1, 7):
         results = rec.results[4 * (rnd - 1) : 4 * rnd]
@@ -129,7 +131,7 @@ def test_loss_c_follows_eq6_from_the_clients_losses_and_the_gate_follows_eq8_eve
         expected.append(prev)
     assert [r["server/fedegg/loss_c"] for r in hist] == pytest.approx(expected, rel=1e-12)
     for r in hist:
-        assert r["server/fedegg/llr"] == pytest.approx(math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r)), rel=1e-12)
+        assert r["server/fedegg/llr"] == pytest.approx(math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r, loss_g0)), rel=1e-6)  # L^g: a float32 sum
         assert r["server/fedegg/gate"] == int(r["server/fedegg/llr"] < r["server/fedegg/tau"])
 
 
@@ -153,18 +155,31 @@ def test_a_loss_ratio_without_a_logarithm_is_refused_with_the_values():
         llr(1.0, math.nan)
 
 
-def prev_loss_g(hist: list[dict], record: dict) -> float:
-    """L^g before this round's step: the previous record's (round 1: L(W₀, D^g), read back from the gate)."""
+def initial_loss_g(f, step: FedEGG) -> float:
+    """L^g₀ = L(W₀, D^g) by hand: mean cross-entropy of the seeded fresh guiding head on the trunk's features of every
+    guiding sample (the step's eval_size must cover D^g)."""
+    data = f.data.build(f.seed)
+    model = f.model.build(data.input_shape, data.num_classes)
+    model.load_state_dict(initial_weights(f, data))
+    split = step.data.build(f.seed)
+    head = step._new_head(16, f.seed)
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(head(model.features(split.x)).double(), split.y))
+
+
+def prev_loss_g(hist: list[dict], record: dict, loss_g0: float) -> float:
+    """L^g before this round's step: the previous record's (round 1: L^g₀)."""
     i = hist.index(record)
-    return hist[i - 1]["server/fedegg/loss_g"] if i else record["server/fedegg/loss_c"] / 2 ** record["server/fedegg/llr"]
+    return hist[i - 1]["server/fedegg/loss_g"] if i else loss_g0
 
 
 def test_loss_g_changes_only_in_rounds_where_guiding_ran_and_a_latch_stops_for_good(tmp_path):
-    fed(tmp_path / "a", rounds=10, server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
+    f = fed(tmp_path / "a", rounds=10, server_steps=[FedEGG(guiding(), tau=-0.3)])
+    f.fit()
     hist = records(tmp_path / "a")
     gates = [r["server/fedegg/gate"] for r in hist]
     assert 0 < sum(gates) < len(gates), gates  # both kinds of rounds occur (the gate re-opens as L^c falls)
-    loss_g = [prev_loss_g(hist, hist[0])] + [r["server/fedegg/loss_g"] for r in hist]
+    loss_g = [initial_loss_g(f, f.server_steps[0])] + [r["server/fedegg/loss_g"] for r in hist]
     for i, gate in enumerate(gates):
         assert (loss_g[i + 1] != loss_g[i]) == bool(gate), (i, gates)
     state = load_checkpoint(tmp_path / "a").step_states[0]
@@ -201,9 +216,15 @@ def test_tau_increases_with_the_clients_cosine_similarity(tmp_path):
 
 
 def test_remark_form_and_its_undefined_case(tmp_path):
-    fed(tmp_path / "r", rounds=1, server_steps=[FedEGG(guiding(), tau_form="remark")]).fit()
+    f = fed(tmp_path / "r", rounds=1, server_steps=[FedEGG(guiding(), tau_form="remark")])
+    f.fit()
     tau = load_checkpoint(tmp_path / "r").step_states[0]["tau"]
-    assert tau <= math.log2(1.5)  # log₂(2·cos − 0.5) with cos ≤ 1
+    data = f.data.build(f.seed)
+    model = f.model.build(data.input_shape, data.num_classes)
+    model.load_state_dict(initial_weights(f, data))
+    clients = torch.stack([mean_feature(model, c.train.x).float().double() for c in data.clients]).mean(0)  # uploads: float32
+    cos = torch.nn.functional.cosine_similarity(clients, mean_feature(model, guiding().build(f.seed).x), dim=0)
+    assert tau == pytest.approx(math.log2(2.0 * float(cos) - 0.5), abs=1e-12)  # log₂(ρ · cos(mean_k f̄_k, F) + ι)
     with pytest.raises(ValueError, match="rho \\* cos \\+ iota"):
         fed(tmp_path / "bad", rounds=1, server_steps=[FedEGG(guiding(), tau_form="remark", iota=-5.0)]).fit()
 
@@ -292,3 +313,111 @@ def test_a_class_folder_source_decodes_only_the_chosen_classes(tmp_path):
     torch.testing.assert_close(lh.clients[0].train.x[0, 0], torch.full((8, 8), 80 / 255))  # class n03 (k = 2) red
     hh = GuidingSet(path, "HH", {"imagenet": source}, per_class=1).build(seed=0)
     assert set(hh.classes) <= {"n01", "n02", "n04"} and len(hh.classes) == 2
+
+
+# ---- the guiding step: which weights it moves, by how much, at which rate ----------------------------------------
+def test_the_fl_head_is_untouched_by_guiding_and_the_update_ratio_is_the_norms_quotient(tmp_path):
+    """One round, the same clients: guided (τ = 10) and unguided (τ = −∞) runs share W̄_1. The FL head ("3.*") of
+    W_1 is W̄_1's to the bit; the trunk moved; update_ratio = ‖W_1 − W̄_1‖ / ‖W̄_1 − W₀‖ by hand."""
+    f = fed(tmp_path / "on", rounds=1, server_steps=[FedEGG(guiding(), tau=10.0)])
+    w0 = initial_weights(f)
+    f.fit()
+    fed(tmp_path / "off", rounds=1, server_steps=[FedEGG(guiding(), tau=-math.inf)]).fit()
+    guided, aggregated = load_checkpoint(tmp_path / "on").global_weights, load_checkpoint(tmp_path / "off").global_weights
+    assert torch.equal(guided["3.weight"], aggregated["3.weight"]) and torch.equal(guided["3.bias"], aggregated["3.bias"])
+    assert not torch.equal(guided["1.weight"], aggregated["1.weight"])
+
+    def norm(a, b):
+        return math.sqrt(sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in a))
+
+    (on,), (off,) = records(tmp_path / "on"), records(tmp_path / "off")
+    assert on["server/fedegg/update_ratio"] == pytest.approx(norm(guided, aggregated) / norm(aggregated, w0), rel=1e-9)
+    assert on["server/fedegg/update_ratio"] > 0
+    assert off["server/fedegg/update_ratio"] == 0.0
+
+
+def test_a_guided_step_lowers_the_guiding_loss_and_its_size_follows_gamma(tmp_path):
+    """L^g after the step (logged) is below L(W̄_1, D^g) under the same (untrained) guiding head; one SGD step is
+    linear in γ, so doubling lr_scale doubles update_ratio."""
+    f = fed(tmp_path / "off", rounds=1, server_steps=[FedEGG(guiding(), tau=-math.inf, eval_size=None)])
+    f.fit()
+    step = f.server_steps[0]
+    model = f.model.build((8,), 3)
+    model.load_state_dict(load_checkpoint(tmp_path / "off").global_weights)
+    before = step._guiding_loss(model, step._new_head(16, f.seed))  # the head is the fresh one until guiding runs
+    ratios = []
+    for scale in (1.0, 2.0):
+        fed(tmp_path / str(scale), rounds=1, server_steps=[FedEGG(guiding(), tau=10.0, eval_size=None, lr_scale=scale)]).fit()
+        (record,) = records(tmp_path / str(scale))
+        assert record["server/fedegg/loss_g"] < before
+        ratios.append(record["server/fedegg/update_ratio"])
+    assert ratios[1] == pytest.approx(2 * ratios[0], rel=1e-4)
+
+
+def test_gamma_follows_the_local_rate_across_its_drop(tmp_path):
+    local = LocalTraining(epochs=1, batch_size=16, lr=0.05, lr_milestones=[3], lr_gamma=0.1, momentum=0.0, weight_decay=0.0)
+    fed(tmp_path, rounds=4, local=local, server_steps=[FedEGG(guiding(), tau=10.0, lr_scale=0.5)]).fit()
+    assert [r["server/fedegg/lr"] for r in records(tmp_path)] == pytest.approx([0.025, 0.025, 0.0025, 0.0025], rel=1e-15)
+
+
+class BatchNormMLP(MLP):
+    """Flatten → Linear(8, 16) → BatchNorm1d → ReLU → Linear(16, C): a trunk with BatchNorm statistics."""
+
+    def build(self, input_shape, num_classes):
+        from flsuite.models.heads import SequentialClassifier
+
+        return SequentialClassifier(torch.nn.Flatten(), torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, num_classes))
+
+
+@pytest.mark.parametrize("freeze_bn", [False, True])
+def test_freeze_bn_keeps_the_running_statistics_through_guiding(tmp_path, freeze_bn):
+    fed(tmp_path / "off", rounds=1, model=BatchNormMLP(), server_steps=[FedEGG(guiding(), tau=-math.inf)]).fit()
+    fed(tmp_path / "on", rounds=1, model=BatchNormMLP(), server_steps=[FedEGG(guiding(), tau=10.0, freeze_bn=freeze_bn)]).fit()
+    aggregated, guided = load_checkpoint(tmp_path / "off").global_weights, load_checkpoint(tmp_path / "on").global_weights
+    for key in ("2.running_mean", "2.running_var", "2.num_batches_tracked"):
+        assert torch.equal(guided[key], aggregated[key]) == freeze_bn, key
+    assert not torch.equal(guided["2.weight"], aggregated["2.weight"])  # the affine weights train either way
+
+
+# ---- shared_head (spec A1) ---------------------------------------------------------------------------------------
+def mapped_guiding(tmp_path, level="LH") -> PublicData:
+    """A GuidingSet over a related Gaussian source, its FL classes listed in another order than the federation's:
+    guiding labels 0, 1, 2 = near/1, near/2, near/0, chosen for FL "2", "0", "1"; an unrelated source for MH."""
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"fl_classes": ["2", "0", "1"], "mapping": {"2": ["near/1"], "0": ["near/2"], "1": ["near/0"]}}))
+    near = GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=90)
+    far = GaussianFeatures(dim=8, num_classes=4, num_domains=1, clients_per_domain=1, samples_per_client=40, class_separation=9.0)
+    return PublicData(GuidingSet(path, level, {"near": near, "far": far}, pool=["far"], per_class=1))
+
+
+def test_a_guiding_set_records_the_fl_class_each_guiding_class_was_chosen_for(tmp_path):
+    lh = mapped_guiding(tmp_path).source.build(0)
+    assert lh.classes == ("near/1", "near/2", "near/0") and lh.description["fl_classes"] == ["2", "0", "1"]
+    mh = mapped_guiding(tmp_path, "MH").source.build(0)
+    assert mh.description["fl_classes"][0] == "2" and mh.description["fl_classes"][1:] == [None, None]
+    assert fl_labels(lh, ("0", "1", "2")).tolist() == [2, 0, 1]
+    assert fl_labels(lh, ("2", "1", "0")).tolist() == [0, 2, 1]  # by name, not position
+    with pytest.raises(DataError, match=r"guiding classes \['far/\d', 'far/\d'\] were chosen for no FL class"):
+        fl_labels(mh, ("0", "1", "2"))
+    with pytest.raises(DataError, match=r"FL classes \['0', '1', '2'\] are not classes of the federation's data \['a', 'b', 'c'\]"):
+        fl_labels(lh, ("a", "b", "c"))
+    with pytest.raises(DataError, match="does not say which FL class each guiding class stands for"):
+        fl_labels(guiding().source.build(0), ("0", "1", "2"))
+
+
+def test_shared_head_trains_the_fl_head_on_the_mapped_labels(tmp_path):
+    f = fed(tmp_path / "shared", rounds=1, server_steps=[FedEGG(mapped_guiding(tmp_path), tau=10.0, shared_head=True, eval_size=None)])
+    f.fit()
+    fed(tmp_path / "off", rounds=1, server_steps=[FedEGG(mapped_guiding(tmp_path), tau=-math.inf)]).fit()
+    shared, aggregated = load_checkpoint(tmp_path / "shared"), load_checkpoint(tmp_path / "off").global_weights
+    assert not torch.equal(shared.global_weights["3.weight"], aggregated["3.weight"])  # the FL head moved
+    assert shared.step_states[0]["head"] is None  # no guiding head
+    # L^g is the FL model's cross-entropy on D^g relabelled to FL labels (guiding 0, 1, 2 -> FL 2, 0, 1)
+    split = mapped_guiding(tmp_path).build(0)
+    model = f.model.build((8,), 3)
+    model.load_state_dict(shared.global_weights)
+    with torch.no_grad():
+        expected = float(torch.nn.functional.cross_entropy(model(split.x).double(), torch.tensor([2, 0, 1])[split.y]))
+    assert records(tmp_path / "shared")[0]["server/fedegg/loss_g"] == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(DataError, match="chosen for no FL class"):
+        fed(tmp_path / "mh", rounds=1, server_steps=[FedEGG(mapped_guiding(tmp_path, "MH"), shared_head=True)]).fit()
