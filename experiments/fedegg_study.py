@@ -175,7 +175,9 @@ def strength(seeds: list[int]) -> str:
     out.append(
         "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds, mean ± std over seeds); Δ: + FedEGG "
         "minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); ratio: mean over guided "
-        "rounds and seeds of server/fedegg/update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖."
+        "rounds and seeds of server/fedegg/update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖. FedNova here is "
+        "sample-weighted FedAvg: every client runs the same 5 local steps (a_k = 5), so its normalisation does nothing; "
+        "the FedNova-FedAvg gap is sample against uniform weighting."
     )
     return "\n".join(out)
 

@@ -100,6 +100,27 @@ def select_classes(
     return keep + [unrelated[i] for i in rng.choice(len(unrelated), need, replace=False)]
 
 
+def fl_labels(guiding: FederatedData, fl_classes: Sequence[str]) -> torch.Tensor:
+    """The FL label of every guiding label (shared_head): the FL class the `GuidingSet` chose each guiding class for
+    (`description["fl_classes"]`), as an index into the federation's `fl_classes`."""
+    chosen_for = guiding.description.get("fl_classes")
+    if not isinstance(chosen_for, list) or len(chosen_for) != guiding.num_classes:
+        raise DataError(
+            "FedEGG shared_head: the guiding data does not say which FL class each guiding class stands for "
+            "(a GuidingSet records it in description['fl_classes']); use a GuidingSet or shared_head: false"
+        )
+    unmapped = [g for g, fl in zip(guiding.classes, chosen_for) if fl is None]
+    if unmapped:
+        raise DataError(
+            f"FedEGG shared_head: guiding classes {unmapped} were chosen for no FL class (the unrelated classes of MH/HH); "
+            "shared_head needs every guiding class mapped (LH), or use shared_head: false"
+        )
+    unknown = sorted({fl for fl in chosen_for if fl not in fl_classes})
+    if unknown:
+        raise DataError(f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}")
+    return torch.tensor([list(fl_classes).index(fl) for fl in chosen_for])
+
+
 class GuidingSet(DataSource):
     """A guiding set: the selected public classes of `sources`, relabelled 0..G−1 in selection order, as one client
     (pooled training samples of every source client) and a test split (the sources' test samples of those classes);

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +57,21 @@ def num_bytes(obj: Any) -> int:
     return 0
 
 
+def digest(weights: Mapping[str, torch.Tensor]) -> str:
+    """A content hash of a weights dict (names, dtypes, shapes and values): equal weights, equal digest."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(weights):
+        t = weights[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
 def is_finite(weights: Mapping[str, torch.Tensor]) -> bool:
     """True when no floating tensor holds NaN or Inf."""
     return all(bool(torch.isfinite(v).all()) for v in weights.values() if torch.is_floating_point(v))
+
+
+def distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], names: Sequence[str]) -> float:
+    """‖a − b‖₂ over the entries `names`, in float64."""
+    return math.sqrt(sum(float((a[n].double() - b[n].double()).pow(2).sum()) for n in names))

@@ -37,14 +37,14 @@ features, the encoder is the pre-trained part).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.data.base import ClientData, DataError, EpochBatches, FederatedData, Split
+from flsuite.data.base import ClientData, EpochBatches, Split
+from flsuite.data.guiding import fl_labels
 from flsuite.federation.query import ClientQuery, QueryTask
 from flsuite.federation.server import (
     PublicData,
@@ -53,7 +53,7 @@ from flsuite.federation.server import (
     ServerUpdate,
 )
 from flsuite.federation.task import LocalTraining, State, Weights
-from flsuite.federation.weights import clone_weights
+from flsuite.federation.weights import clone_weights, distance
 from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator
 
@@ -123,38 +123,13 @@ class TauQuery(ClientQuery):
         return {"tau_k": torch.tensor(log2_cos(mean, task.broadcast["guide_mean"]), dtype=torch.float64)}
 
 
-def fl_labels(guiding: FederatedData, fl_classes: Sequence[str]) -> torch.Tensor:
-    """The FL label of every guiding label (shared_head): the FL class the `GuidingSet` chose each guiding class for
-    (`description["fl_classes"]`), as an index into the federation's `fl_classes`."""
-    chosen_for = guiding.description.get("fl_classes")
-    if not isinstance(chosen_for, list) or len(chosen_for) != guiding.num_classes:
-        raise DataError(
-            "FedEGG shared_head: the guiding data does not say which FL class each guiding class stands for "
-            "(a GuidingSet records it in description['fl_classes']); use a GuidingSet or shared_head: false"
-        )
-    unmapped = [g for g, fl in zip(guiding.classes, chosen_for) if fl is None]
-    if unmapped:
-        raise DataError(
-            f"FedEGG shared_head: guiding classes {unmapped} were chosen for no FL class (the unrelated classes of MH/HH); "
-            "shared_head needs every guiding class mapped (LH), or use shared_head: false"
-        )
-    unknown = sorted({fl for fl in chosen_for if fl not in fl_classes})
-    if unknown:
-        raise DataError(f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}")
-    return torch.tensor([list(fl_classes).index(fl) for fl in chosen_for])
-
-
 def update_ratio(start: Weights | None, aggregated: Weights, guided: Weights, model: nn.Module) -> float:
-    """‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖ over the model's parameters (float64): the guiding update's size relative to
-    the round's aggregated update (inf when the aggregate did not move)."""
+    """‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖ over the model's parameters: the guiding update's size relative to the round's
+    aggregated update (inf when the aggregate did not move)."""
     if start is None:
         raise ValueError("FedEGG's update_ratio needs the round's starting weights (ServerContext.start_weights)")
     names = [n for n, _ in model.named_parameters()]
-
-    def norm(a: Weights, b: Weights) -> float:
-        return math.sqrt(sum(float((a[n].double() - b[n].double()).pow(2).sum()) for n in names))
-
-    guiding, aggregate = norm(guided, aggregated), norm(aggregated, start)
+    guiding, aggregate = distance(guided, aggregated, names), distance(aggregated, start, names)
     return guiding / aggregate if aggregate > 0 else (math.inf if guiding > 0 else 0.0)
 
 
@@ -310,16 +285,8 @@ class FedEGG(ServerStep):
                 ratio_of_update = update_ratio(ctx.start_weights, aggregated, weights, model)
             new["loss_g"] = self._guiding_loss(model, head)
             new["rounds_guided"] = int(state["rounds_guided"]) + 1
-        metrics = {
-            "tau": tau,
-            "loss_c": loss_c,
-            "loss_g": float(new["loss_g"]),
-            "llr": ratio,
-            "gate": int(guide),
-            "lr": gamma,
-            "update_ratio": ratio_of_update,
-        }
-        return ServerUpdate(weights, new, metrics)
+        metrics = {"tau": tau, "loss_c": loss_c, "loss_g": float(new["loss_g"]), "llr": ratio, "gate": int(guide), "lr": gamma}
+        return ServerUpdate(weights, new, {**metrics, "update_ratio": ratio_of_update})
 
     def _fit(self, ctx: ServerContext, guided: Guided, gamma: float) -> None:
         """T_g plain-SGD steps of Eq. 7 at γ_t, as a seeded server-side Lightning fit."""

@@ -16,6 +16,7 @@ from flsuite.data.builtin import GaussianFeatures
 from flsuite.data.guiding import (
     ClassFolder,
     GuidingSet,
+    fl_labels,
     load_mapping,
     related_classes,
     select_classes,
@@ -27,7 +28,6 @@ from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedegg import (
     FedEGG,
-    fl_labels,
     gate_open,
     llr,
     log2_cos,
