@@ -1,8 +1,10 @@
 """FedGen and FedSR: reductions to FedAvg with their terms at zero, hand-computed client losses, FedGen's per-label
-ensemble weights and uploaded label counts, and what travels."""
+ensemble weights and uploaded label counts, FedSR's per-client or averaged reference Gaussians, its uniform
+aggregation and its test-time evaluation (z = μ, or the mean softmax of seeded draws), and what travels."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -10,14 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Independent, Normal, kl_divergence
 
+from flsuite.data.base import Split
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedgen import FedGen, FedGenClient, decayed
-from flsuite.methods.fedsr import FedSR, FedSRClient, FedSRModel
+from flsuite.methods.fedsr import REFERENCE, FedSR, FedSRClient, FedSRModel
 from flsuite.methods.generators import build_generator
+from flsuite.metrics import accuracy
 from flsuite.models.heads import Linear
 from tests.helpers import head_federation
 from tests.methods.test_baselines import Recording
@@ -35,11 +39,15 @@ def metrics(run_dir) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("model", "zero", "nonzero"),
-    [(Linear(), FedGen(alpha=0.0, beta=0.0), FedGen()), (FedSRModel(**SR_MODEL), FedSR(l2r=0.0, cmi=0.0), FedSR(l2r=0.1, cmi=0.05))],
+    [
+        (Linear(), FedGen(alpha=0.0, beta=0.0), FedGen()),
+        (FedSRModel(**SR_MODEL), FedSR(l2r=0.0, cmi=0.0, reference="averaged", weighting="samples"), FedSR(l2r=0.1, cmi=0.05)),
+    ],
     ids=["fedgen", "fedsr"],
 )
 def test_terms_at_zero_reproduce_fedavg_exactly(tmp_path, model, zero, nonzero):
-    """Byte-identical metrics.jsonl (bytes included: nothing extra travels) and identical weights; terms on differ."""
+    """Byte-identical metrics.jsonl (bytes included: nothing extra travels) and identical weights; terms on differ.
+    FedSR in FedAvg's form: references averaged with the weights, weights ∝ samples (its defaults are tested below)."""
     head_federation(tmp_path / "fedavg", rounds=3, model=model, method=FedAvg()).fit()
     head_federation(tmp_path / "zero", rounds=3, model=model, method=zero).fit()
     assert (tmp_path / "zero" / "metrics.jsonl").read_bytes() == (tmp_path / "fedavg" / "metrics.jsonl").read_bytes()
@@ -61,13 +69,15 @@ def test_fedsr_client_loss_matches_hand_computation():
     client.begin()
     x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 0, 1])
     torch.manual_seed(4)
-    loss = client.local_loss(x, y)
+    loss, statistics = client.local_loss(x, y)
     torch.manual_seed(4)
     mu, sigma = model.encode(x)
     z = mu + sigma * torch.randn_like(mu)
     kl = kl_divergence(Independent(Normal(1.5 * mu, 1.5 * sigma), 1), Independent(Normal(model.r_mu[y], F.softplus(model.r_sigma)[y]), 1))
-    expected = F.cross_entropy(model.fc(z), y) + 0.2 * z.norm(dim=1).mean() + 0.3 * kl.mean()
+    ce = F.cross_entropy(model.fc(z), y)
+    expected = ce + 0.2 * z.norm(dim=1).mean() + 0.3 * kl.mean()
     assert torch.allclose(loss, expected, rtol=1e-5)
+    assert torch.allclose(statistics[client.TASK_LOSS], ce, rtol=1e-6)  # FedEGG's L^c: the cross-entropy alone
     loss.backward()
     assert model.r_mu.grad is not None and model.r_mu.grad[0].abs().sum() > 0 and model.C.grad is not None
 
@@ -78,6 +88,107 @@ def test_fedsr_cmi_needs_the_reference_gaussians():
     client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(TypeError, match="FedSRModel"):
         client.begin()
+
+
+class RecordingTasks(Recording):
+    """Also keeps a copy of every client task (what each client received)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: list[ClientTask] = []
+
+    def run(self, tasks):
+        self.tasks.extend(copy.deepcopy(tasks))
+        return super().run(tasks)
+
+
+def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
+    """Default `reference: per_client` (the official code): each client trains its own r_μ, r_σ, C from its state;
+    they are not in the upload, not averaged, not in what a client receives (the global weights keep W₀'s values,
+    which no client uses) and not counted in bytes_up / bytes_down; round 2 starts from the client's round-1 own."""
+    executor = RecordingTasks()
+    head_federation(tmp_path, rounds=2, model=FedSRModel(**SR_MODEL), method=FedSR(l2r=0.1, cmi=0.05), executor=executor).fit()
+    initial = {"r_mu": torch.zeros(3, 8), "r_sigma": torch.ones(3, 8), "C": torch.ones(())}
+    round1, round2 = executor.results[:4], executor.results[4:]
+    for r in executor.results:
+        assert not set(REFERENCE) & set(r.weights) and set(r.state["reference"]) == set(REFERENCE)
+    for k in REFERENCE:  # trained, and differently on every client
+        own = [r.state["reference"][k] for r in round1]
+        assert all(not torch.allclose(o, initial[k]) for o in own)
+        assert all(not torch.allclose(own[i], own[j]) for i in range(4) for j in range(i))
+    for task in executor.tasks:
+        assert all(torch.equal(task.global_weights[k], initial[k]) for k in REFERENCE)  # nothing of a client's travels down
+    previous = {r.client_id: r.state["reference"] for r in round1}
+    for task in executor.tasks[4:]:
+        assert same(task.state["reference"], previous[task.client_id])
+    task = executor.tasks[4]
+    model = FedSRModel(**SR_MODEL).build((8,), 3)
+    model.load_state_dict(task.global_weights)
+    FedSRClient(model, FedSR(), LocalTraining(), task).begin()  # the client trains from its own, not the download
+    assert same({k: v.detach() for k, v in model.state_dict().items() if k in REFERENCE}, previous[task.client_id])
+    assert not same(round2[0].state["reference"], round1[0].state["reference"])  # trained on in round 2
+    final = load_checkpoint(tmp_path).global_weights
+    assert same({k: final[k] for k in REFERENCE}, initial)
+    shared = num_bytes(final) - num_bytes(initial)  # the weights without r_μ, r_σ, C
+    assert all(m["bytes_up"] == m["bytes_down"] == 4 * shared for m in metrics(tmp_path))
+
+
+def test_fedsr_averaged_reference_gaussians_are_the_clients_mean(tmp_path):
+    """`reference: averaged` (FL-bench): r_μ, r_σ, C travel with the weights both ways and the server's are the
+    (uniform) mean of the clients' uploads."""
+    executor = Recording()
+    method = FedSR(l2r=0.1, cmi=0.05, reference="averaged")
+    head_federation(tmp_path, rounds=1, model=FedSRModel(**SR_MODEL), method=method, executor=executor).fit()
+    final = load_checkpoint(tmp_path).global_weights
+    for k in REFERENCE:
+        uploaded = torch.stack([r.weights[k] for r in executor.results])
+        assert not torch.allclose(uploaded[0], uploaded[1])
+        torch.testing.assert_close(final[k], uploaded.mean(0), rtol=1e-6, atol=1e-7)
+    assert all(r.state == {} for r in executor.results)
+    (m,) = metrics(tmp_path)
+    assert m["bytes_up"] == m["bytes_down"] == 4 * num_bytes(final)
+
+
+def test_fedsr_aggregates_uniformly_by_default():
+    """The official code's plain mean over clients, whatever their sizes; `weighting: samples` is ∝ n_k."""
+    results = [ClientResult(0, 10, {"w": torch.tensor([0.0])}), ClientResult(1, 30, {"w": torch.tensor([4.0])})]
+    assert FedSR().aggregate(1, {"w": torch.zeros(1)}, results, {})[0]["w"].item() == 2.0
+    assert FedSR(weighting="samples").aggregate(1, {"w": torch.zeros(1)}, results, {})[0]["w"].item() == 3.0
+
+
+def test_fedsr_evaluation_with_one_sample_is_the_deterministic_forward_at_the_mean():
+    """eval_samples = 1: in eval mode the stochastic model is head(μ), the deterministic encoder's forward to the bit."""
+    torch.manual_seed(0)
+    model = FedSRModel(**SR_MODEL, eval_samples=1).build((6,), 3)
+    deterministic = FedSRModel(**SR_MODEL, stochastic=False).build((6,), 3)
+    deterministic.load_state_dict(model.state_dict())
+    x = torch.randn(5, 6)
+    model.eval(), deterministic.eval()
+    mu, _ = model.encode(x)
+    assert torch.equal(model(x), model.fc(mu)) and torch.equal(model(x), deterministic(x))
+    assert not torch.allclose(model.train()(x), model.fc(mu))  # training samples z
+
+
+def test_fedsr_evaluation_is_the_mean_softmax_of_twenty_seeded_draws():
+    """Default eval_samples = 20 (the official --num_samples): log((1/S) Σ_s softmax(head(μ + σ ε_s))), ε_s from a
+    generator seeded 0 per call, not the global RNG (metrics.jsonl stays reproducible); probabilities, not logits,
+    are averaged; the suite's accuracy reads exactly that."""
+    torch.manual_seed(0)
+    model = FedSRModel(**SR_MODEL).build((6,), 3).eval()
+    with torch.no_grad():
+        model.stats.bias[8:].fill_(1.0)  # σ ≈ 1.3: draws that move the logits
+    x, y = torch.randn(64, 6), torch.randint(3, (64,))
+    state = torch.get_rng_state()
+    out = model(x)
+    assert torch.equal(torch.get_rng_state(), state) and torch.equal(model(x), out)
+    mu, sigma = model.encode(x)
+    g = torch.Generator().manual_seed(0)
+    logits = [model.fc(mu + sigma * torch.randn(mu.shape, generator=g)) for _ in range(20)]
+    expected = torch.stack([F.softmax(v, -1) for v in logits]).mean(0).log()
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(out, F.log_softmax(torch.stack(logits).mean(0), -1), atol=1e-4)
+    assert not torch.allclose(out, F.log_softmax(model.fc(mu), -1), atol=1e-4)
+    assert accuracy(model, Split(x, y), 3) == 100.0 * float((expected.argmax(1) == y).float().mean())
 
 
 def test_fedgen_client_loss_matches_hand_computation():

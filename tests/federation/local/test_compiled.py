@@ -268,7 +268,7 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
     """FedSR without its CMI term never uses the model's reference Gaussians (r_mu, r_sigma, C). After backward()
     their .grad is None, so SGD leaves them alone; a compiled gradient would be zero, and weight decay would move
     them. The compiled loop differentiates only what the first (eager) step reached."""
-    fits = client_fits("compiled", method=FedSR(cmi=0.0), model=FedSRModel(hidden=[8], dim=4))
+    fits = client_fits("compiled", method=FedSR(cmi=0.0, reference="averaged"), model=FedSRModel(hidden=[8], dim=4))  # r_mu etc. in the upload
     for fit in fits:
         assert torch.equal(fit.weights["r_mu"], torch.zeros(3, 4))
         assert torch.equal(fit.weights["r_sigma"], torch.ones(3, 4))
