@@ -25,6 +25,7 @@ from flsuite.federation.query import ClientQuery, QueryOutcome, ask
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerContext, ServerStep
 from flsuite.federation.task import ClientResult, LocalTraining, Weights
+from flsuite.federation.weights import digest
 from flsuite.models.heads import ModelSpec
 from flsuite.records import PHASE
 from flsuite.seeding import derive_seed
@@ -32,6 +33,9 @@ from flsuite.seeding import derive_seed
 if TYPE_CHECKING:
     from flsuite.federation.phases import Phase
     from flsuite.tracking import Tracker
+
+#: `state.outputs` key: client → digest of the model weights a client query last sent it (`RunContext.query`).
+QUERY_WEIGHTS = "query_weights"
 
 
 @dataclass(frozen=True)
@@ -78,13 +82,25 @@ class RunContext:
     ) -> QueryOutcome:
         """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
         The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
-        A bar over the asked clients shows the exchange; the executor answers all of them in one call, so it moves
-        when they have answered."""
+        `weights` are counted once per client: a client keeps the model weights a query last sent it, so a later query
+        with the same weights (equal content, `weights.digest`) costs it nothing down for them (the simulated client
+        still gets them: it keeps nothing between calls); which digest each client holds is in
+        `state.outputs["query_weights"]` (checkpointed). A bar over the asked clients shows the exchange; the executor
+        answers all of them in one call, so it moves when they have answered."""
         seed = self.settings.seed
         clients = list(range(len(self.data.clients)) if clients is None else clients)
+        key = digest(weights) if weights is not None else None
+        held = self.state.outputs.get(QUERY_WEIGHTS, {})
+        charged = [k for k in clients if key is None or held.get(k) != key]
+
+        def seed_of(k: int) -> int:
+            return derive_seed(seed, client=k, purpose=f"query/{query.name}")
+
         with progress.bar(len(clients), f"query {query.name}", "client", show=self.settings.progress) as bar:
-            outcome = ask(self.executor.query, query, clients, lambda k: derive_seed(seed, client=k, purpose=f"query/{query.name}"), broadcast, weights)
+            outcome = ask(self.executor.query, query, clients, seed_of, broadcast, weights, charged)
             bar.update(len(clients))
+        if key is not None:
+            self.state.outputs.setdefault(QUERY_WEIGHTS, {}).update(dict.fromkeys(clients, key))
         totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
         totals["calls"] += 1
         totals["bytes_up"] += outcome.bytes_up
@@ -97,13 +113,15 @@ class RunContext:
         reduced is not counted. Returns {"value", "seconds", "bytes_up", "bytes_down"}."""
         scratch = self.state.outputs.setdefault(owner, {})
         if key not in scratch:
-            before = copy.deepcopy(self.state.outputs.get("queries", {}))
+            before = {k: copy.deepcopy(self.state.outputs[k]) for k in ("queries", QUERY_WEIGHTS) if k in self.state.outputs}
             t0 = time.perf_counter()
             try:
                 outcome = self.query(query, **kwargs)
                 value = reduce(outcome)
             except BaseException:
-                self.state.outputs["queries"] = before
+                for k in ("queries", QUERY_WEIGHTS):
+                    self.state.outputs.pop(k, None)
+                self.state.outputs.update(before)
                 raise
             scratch[key] = {"value": value, "seconds": time.perf_counter() - t0, "bytes_up": outcome.bytes_up, "bytes_down": outcome.bytes_down}
             self.checkpoint()

@@ -108,8 +108,10 @@ def ask(
     seed_of: Callable[[int], int],
     broadcast: dict[str, Any] | None = None,
     weights: Weights | None = None,
+    charged: Sequence[int] | None = None,
 ) -> QueryOutcome:
-    """Send `query` to `clients`, collect every answer, count the bytes each way.
+    """Send `query` to `clients`, collect every answer, count the bytes each way: the broadcast to every client,
+    `weights` to the `charged` clients only (null: all; the others already hold them, see `RunContext.query`).
 
     Raises when a client fails: a one-shot exchange has no "drop" policy (its result shapes the whole run).
     """
@@ -120,5 +122,6 @@ def ask(
     if failed:
         raise RuntimeError(f"query {query.name!r}: client(s) {[f.client_id for f in failed]} failed: {failed[0].error}")
     results = [o for o in outcomes if isinstance(o, QueryResult)]
-    down = len(tasks) * (num_bytes(broadcast) + (num_bytes(weights) if weights is not None else 0))
+    payers = len(tasks) if charged is None else len(set(charged) & set(clients))
+    down = len(tasks) * num_bytes(broadcast) + (payers * num_bytes(weights) if weights is not None else 0)
     return QueryOutcome(results, sum(r.bytes_up for r in results), down)

@@ -7,14 +7,19 @@ Stage 0 (§1.2, `fkpl_cluster`): client m uploads U_m, the top-p left singular v
     PACFL entrywise min arccos by flag) and clusters with average-linkage agglomerative clustering at a threshold in
     degrees (scikit-learn). V = number of clusters. Logs fkpl_angles.png, fkpl_clusters.json, purity, a threshold scan.
 Stage I (§1.3): per cluster v, FedAvg over its members, every member every round, w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m;
-    a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…").
+    a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every expert starts from one
+    `model_init` draw (`expert_init: shared`, as the official code: each cluster's model starts from one client's
+    weights) or from its own stream derived from (seed, cluster) (`expert_init: independent`).
 Stage II (§1.4–1.8, PCC): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads dropped); client m uploads p_m^k = mean F(x)
     over its class-k samples; the server forms P_v^k = mean_{m∈C_v, k∈K_m} p_m^k (unweighted, §7.8); client m uploads
-    z̃ = λ·F(x) + (1 − λ)·P_v^y, λ ~ U(a, b), v uniform over the clusters holding y (Eq. 10, §1.7); the server trains a
-    linear head on {(z̃, y)} for 200 epochs (SGD 0.01, momentum 0.9, batch 64: §3 [OURS]); the model is head ∘ F.
+    z̃ = λ·F(x) + (1 − λ)·P_v^y, λ ~ U(a, b) (Eq. 10, §1.7), with one partner v drawn uniformly among the clusters
+    holding y (`partner: one`) or one z̃ for every v ∈ V_y, a fresh λ per pair (`partner: all`, the official code's
+    domain-balanced set: N_g = Σ_i |V_{y_i}|); the server trains a linear head on {(z̃, y)} for 200 epochs (SGD 0.01,
+    momentum 0.9, batch 64: §3 [OURS]); the model is head ∘ F.
 
 Only U_m (Stage 0), expert weights (Stage I), prototypes and virtual features (Stage II) leave a client; every
-exchange is a client query or a round, so its bytes are counted by the engine (`query/fkpl/...`, per-round bytes).
+exchange is a client query or a round, so its bytes are counted by the engine (`query/fkpl/...`, per-round bytes);
+F travels with both Stage-II queries and is counted once per client (a client keeps the weights a query sent it).
 Every decision taken where the spec is open (spec row → choice, deviations marked): docs/fkpl.md "Decisions".
 """
 
@@ -47,8 +52,15 @@ class FKPL(FedAvg):
         b: Upper mixing bound.
         lam_on: Which side λ weights: "feature" (z̃ = λF(x) + (1 − λ)P) or "prototype" (z̃ = (1 − λ)F(x) + λP, the
             official code's form).
-        partner: Prototype partner v: "any" cluster holding class y, or "other" clusters when one holds y.
-        virtual_per_sample: Virtual features per local sample (R passes of fresh (λ, v) draws).
+        lam_decimals: Round each λ draw to this many decimals (the official code: `np.round(a + (b − a)·U, 2)`);
+            null keeps it unrounded.
+        partner: The prototype partners of a sample (x, y): "one" v drawn uniformly among the clusters holding y;
+            "other" the same draw among the other clusters when one holds y; "all" every v ∈ V_y, one z̃ per pair
+            (the official code's `mixup_features_with_domain_protos`).
+        virtual_per_sample: Passes R over the local samples, each with fresh draws (N_g = R·n_m for "one"/"other",
+            R·Σ_i |V_{y_i}| for "all").
+        expert_init: "shared" (every expert starts from one `model_init` draw, as the official code) or
+            "independent" (expert v from its own stream, derived from (seed, cluster v)).
         personalized_heads: Also train and evaluate one head per cluster.
     """
 
@@ -72,20 +84,26 @@ class FKPL(FedAvg):
         a: float = 0.5,
         b: float = 1.0,
         lam_on: Literal["feature", "prototype"] = "feature",
-        partner: Literal["any", "other"] = "any",
+        lam_decimals: int | None = None,
+        partner: Literal["one", "other", "all"] = "one",
         virtual_per_sample: int = 1,
+        expert_init: Literal["shared", "independent"] = "shared",
         personalized_heads: bool = False,
     ) -> None:
         super().__init__("samples")
+        renamed = " ('any' is now 'one')" if partner == "any" else ""
+        decimals_ok = lam_decimals is None or (isinstance(lam_decimals, int) and lam_decimals >= 0)
         checks = {
             "threshold must be >= 0": threshold >= 0,
             "basis must be >= 1": basis >= 1,
             "angle must be 'exact' or 'pacfl'": angle in ("exact", "pacfl"),
             "assignment must be 'subspace', 'single' or 'domains'": assignment in ("subspace", "single", "domains"),
             "head must be 'server' or 'federated'": head in ("server", "federated"),
-            "need 0 <= a <= b <= 1": 0.0 <= a <= b <= 1.0,
-            "lam_on must be 'feature' or 'prototype'": lam_on in ("feature", "prototype"),
-            "partner must be 'any' or 'other'": partner in ("any", "other"),
+            f"need 0 <= a <= b <= 1, got a = {a}, b = {b}": 0.0 <= a <= b <= 1.0,
+            f"lam_on must be 'feature' or 'prototype', got {lam_on!r}": lam_on in ("feature", "prototype"),
+            f"lam_decimals must be an integer >= 0 or null, got {lam_decimals!r}": decimals_ok,
+            f"partner must be 'one', 'other' or 'all', got {partner!r}{renamed}": partner in ("one", "other", "all"),
+            f"expert_init must be 'shared' or 'independent', got {expert_init!r}": expert_init in ("shared", "independent"),
             "head_epochs, head_batch_size, virtual_per_sample must be >= 1": min(head_epochs, head_batch_size, virtual_per_sample) >= 1,
             "head_lr must be > 0": head_lr > 0,
             "expert_rounds and head_rounds must be >= 1 or null": all(r is None or r >= 1 for r in (expert_rounds, head_rounds)),
@@ -96,8 +114,8 @@ class FKPL(FedAvg):
         self.threshold, self.basis, self.per_class, self.angle, self.assignment = threshold, basis, per_class, angle, assignment
         self.expert_rounds, self.head, self.head_epochs, self.head_lr = expert_rounds, head, head_epochs, head_lr
         self.head_momentum, self.head_batch_size, self.head_rounds = head_momentum, head_batch_size, head_rounds
-        self.a, self.b, self.lam_on, self.partner = a, b, lam_on, partner
-        self.virtual_per_sample, self.personalized_heads = virtual_per_sample, personalized_heads
+        self.a, self.b, self.lam_on, self.lam_decimals, self.partner = a, b, lam_on, lam_decimals, partner
+        self.virtual_per_sample, self.expert_init, self.personalized_heads = virtual_per_sample, expert_init, personalized_heads
 
     def protocol(self) -> list[Phase]:
         from flsuite.methods.fkpl_calibrate import Calibrate

@@ -37,32 +37,57 @@ class PrototypeQuery(ClientQuery):
 
 
 class VirtualFeatureQuery(ClientQuery):
-    """z̃ = w·F(x) + (1 − w)·P_v^y with w = λ (`lam_on: feature`) or 1 − λ (`lam_on: prototype`, the official code's
-    form), λ ~ U(a, b) and v drawn uniformly among the clusters holding class y (`partner: other`: other clusters
-    when one has y), `per_sample` draws per sample, all from the client's derived stream. Uploads (z̃, y) only."""
+    """Eq. (10): z̃ = w·F(x) + (1 − w)·P_v^y with w = λ (`lam_on: feature`) or 1 − λ (`lam_on: prototype`, the official
+    code's (1 − λ)·f + λ·proto), λ ~ U(a, b) (rounded to `lam_decimals` when set, as the official
+    `np.round(l + r_reg * np.random.random(), 2)`), all from the client's derived stream; uploads (z̃, y) only.
+
+    Partners of a sample (x, y): `one` draws v uniformly among the clusters holding y (`other`: among the other
+    clusters when one holds y), one z̃ per sample; `all` pairs it with every v ∈ V_y, one z̃ and a fresh λ per pair
+    (the official `mixup_features_with_domain_protos`: `for domain_proto in protos: lam = ...`), so
+    N_g = Σ_i |V_{y_i}|. `per_sample` passes R of fresh draws multiply N_g by R."""
 
     name = "fkpl/virtual"
 
-    def __init__(self, a: float, b: float, lam_on: str, partner: str, per_sample: int) -> None:
-        self.a, self.b, self.lam_on, self.partner, self.per_sample = a, b, lam_on, partner, per_sample
+    def __init__(self, a: float, b: float, lam_on: str, partner: str, per_sample: int, lam_decimals: int | None = None) -> None:
+        self.a, self.b, self.lam_on, self.partner, self.per_sample, self.lam_decimals = a, b, lam_on, partner, per_sample, lam_decimals
+
+    def lam(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        """n draws of λ ~ U(a, b), [n, 1]."""
+        lam = self.a + (self.b - self.a) * torch.rand(n, 1, generator=gen)
+        return lam if self.lam_decimals is None else torch.round(lam, decimals=self.lam_decimals)
 
     def compute(self, client, task: QueryTask, model) -> dict[str, Any]:
         gen = torch.Generator().manual_seed(task.seed)
         z, y = encode(model, client.train.x), client.train.y
-        protos, has = task.broadcast["protos"], task.broadcast["has"]
+        protos, has = unpack_prototypes(task.broadcast), task.broadcast["has"]
         own = int(task.broadcast["cluster"][client.client_id])
         allowed = has[:, y].T.clone()  # [n, V]
         if self.partner == "other":
             others = allowed.clone()
             others[:, own] = False
             allowed = torch.where(others.any(dim=1, keepdim=True), others, allowed)
-        feats = []
+        feats, labels = [], []
         for _ in range(self.per_sample):
-            lam = self.a + (self.b - self.a) * torch.rand(len(y), 1, generator=gen)
-            v = torch.multinomial(allowed.float(), 1, generator=gen).squeeze(1)
+            if self.partner == "all":
+                i, v = allowed.nonzero(as_tuple=True)  # every (sample, cluster holding its class), sample-major
+                lam = self.lam(len(i), gen)
+            else:
+                i = torch.arange(len(y))
+                lam = self.lam(len(y), gen)
+                v = torch.multinomial(allowed.float(), 1, generator=gen).squeeze(1)
             w = lam if self.lam_on == "feature" else 1.0 - lam
-            feats.append(w * z + (1.0 - w) * protos[v, y])
-        return {"features": torch.cat(feats), "labels": y.repeat(self.per_sample)}
+            feats.append(w * z[i] + (1.0 - w) * protos[v, y[i]])
+            labels.append(y[i])
+        return {"features": torch.cat(feats), "labels": torch.cat(labels)}
+
+
+def unpack_prototypes(broadcast: dict[str, Any]) -> torch.Tensor:
+    """P [V, K, d_V] from the broadcast: only the available prototypes travel ("protos" [Σ_k |V_k|, d_V], in the
+    row-major order of the mask "has" [V, K]), as Table 9's M·d_V·Σ_k |V_k|; absent ones are zero (never drawn)."""
+    has, packed = broadcast["has"], broadcast["protos"]
+    full = packed.new_zeros(*has.shape, packed.shape[-1])
+    full[has] = packed
+    return full
 
 
 def domain_prototypes(outcome: QueryOutcome, labels: list[int], num_classes: int) -> dict[str, torch.Tensor]:
@@ -135,8 +160,9 @@ class Calibrate(FKPLPhase):
             return
         ctx.use(ConcatExperts(settings.model, num, with_head=False), FedAvg())
         protos = ctx.query_once(self.name, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
-        bc = {"protos": protos["value"]["protos"], "has": protos["value"]["has"], "cluster": torch.tensor(labels)}
-        query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample)
+        has = protos["value"]["has"]
+        bc = {"protos": protos["value"]["protos"][has], "has": has, "cluster": torch.tensor(labels)}
+        query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample, f.lam_decimals)
 
         def pool(outcome: QueryOutcome) -> dict[str, torch.Tensor]:
             ups = outcome.uploads()

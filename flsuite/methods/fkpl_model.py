@@ -60,6 +60,21 @@ class ConcatModel(nn.Module):
         return self.head(self.features(x))
 
 
+class SeededInit(ModelSpec):
+    """`expert` initialised from its own stream: built under `torch.manual_seed(seed)` inside a forked global RNG (the
+    global stream is left as it was). `expert_init: independent` gives expert v the seed derive_seed(seed, purpose=
+    "fkpl/expert<v>/model_init"), so each cluster's expert starts from its own draw (the official code, and
+    `expert_init: shared`, start every expert from one draw)."""
+
+    def __init__(self, expert: ModelSpec, seed: int) -> None:
+        self.expert, self.seed = expert, seed
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return self.expert.build(input_shape, num_classes)
+
+
 class ConcatExperts(ModelSpec):
     """V experts of architecture `expert`, concatenated and frozen.
 

@@ -19,6 +19,8 @@ from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.query import QueryOutcome
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
+from flsuite.methods.fkpl_model import SeededInit
+from flsuite.seeding import derive_seed
 
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
@@ -100,12 +102,23 @@ class ClusterClients(FKPLPhase):
 # ---- Stage I -----------------------------------------------------------------------------------------------------
 class TrainExperts(FKPLPhase):
     """Stage I: one FedAvg `Rounds` per cluster over its members (sample-weighted; a singleton trains alone), expert
-    v's metrics under "expert<v>/". Each expert phase starts like a run of its own, so a one-cluster Stage I is a plain
-    FedAvg run on those clients, bit for bit."""
+    v's metrics under "expert<v>/". Each expert phase starts like a run of its own: with `expert_init: shared` every
+    expert starts from the run's one `model_init` draw (the official code's `encoder_global_para =
+    [encoder_list[0].state_dict() for i in range(num_K)]`), so a one-cluster Stage I is a plain FedAvg run on those
+    clients, bit for bit; with `independent` expert v starts from its own draw (`SeededInit`, seed derived from
+    (seed, cluster v))."""
 
-    def expert(self, v: int, group: list[int]) -> Rounds:
+    def expert(self, ctx: RunContext, v: int, group: list[int]) -> Rounds:
+        seed = derive_seed(ctx.settings.seed, purpose=f"fkpl/expert{v}/model_init")
+        model = SeededInit(ctx.settings.model, seed) if self.fkpl.expert_init == "independent" else None
         return Rounds(
-            name=f"{self.name}/expert{v}", rounds=self.fkpl.expert_rounds, clients=group, method=FedAvg("samples"), server_steps=[], prefix=f"expert{v}/"
+            name=f"{self.name}/expert{v}",
+            rounds=self.fkpl.expert_rounds,
+            clients=group,
+            model=model,
+            method=FedAvg("samples"),
+            server_steps=[],
+            prefix=f"expert{v}/",
         )
 
     def run(self, ctx: RunContext) -> None:
@@ -116,4 +129,4 @@ class TrainExperts(FKPLPhase):
 
     def experts(self, ctx: RunContext) -> list[Rounds]:
         """One FedAvg phase per cluster of Stage 0."""
-        return [self.expert(v, group) for v, group in enumerate(ctx.outputs(self.fkpl.names[0])["clusters"])]
+        return [self.expert(ctx, v, group) for v, group in enumerate(ctx.outputs(self.fkpl.names[0])["clusters"])]

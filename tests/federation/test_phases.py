@@ -242,6 +242,25 @@ def test_a_phase_query_runs_on_the_executor_and_its_bytes_reach_the_summary(tmp_
     assert load_checkpoint(tmp_path).outputs["answers"] == {1: 60, 3: 60}
 
 
+class AskWithWeights(Rounds):
+    """Client queries that carry model weights W: to clients 0, 1; to all; W again (an equal copy); W changed."""
+
+    def run(self, ctx):
+        if "down" not in ctx.state.outputs:
+            w = {k: torch.zeros_like(v) for k, v in Linear().build((8,), 3).state_dict().items()}
+            changed = {**w, "1.bias": w["1.bias"] + 1}
+            asks = [([0, 1], w), (None, w), (None, {k: v.clone() for k, v in w.items()}), (None, changed)]
+            ctx.state.outputs["down"] = [ctx.query(RowSums(), clients=c, weights=x).bytes_down for c, x in asks]
+        super().run(ctx)
+
+
+def test_model_weights_a_client_already_holds_from_a_query_are_not_counted_again(tmp_path):
+    summary = head_federation(tmp_path, protocol=[AskWithWeights(rounds=1)]).fit()
+    w = (8 * 3 + 3) * 4  # Linear(8, 3), float32
+    assert load_checkpoint(tmp_path).outputs["down"] == [2 * w, 2 * w, 0, 4 * w]  # clients 2, 3 first get W in the 2nd
+    assert summary["query/row_sums/bytes_down"] == 8 * w
+
+
 def test_ggeur_statistics_travel_as_a_query_and_are_counted_from_the_payload():
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=40).build(1)
     held = sum(int((c.train.y == k).any()) for c in data.clients for k in range(3))

@@ -27,10 +27,11 @@ from tests.helpers import head_federation
 
 class PlantedSubspaces(DataSource):
     """Each domain's inputs lie (up to 1e-3 noise) in its own random r-dim subspace of R^D; classes differ in their
-    coefficients. 3 domains × 2 clients."""
+    coefficients. 3 domains × 2 clients, or `clients_per_domain` as a list of counts (one domain each)."""
 
-    def __init__(self, dim: int = 16, rank: int = 3, domains: int = 3, clients_per_domain: int = 2, n: int = 30, classes: int = 3) -> None:
-        self.dim, self.rank, self.domains, self.cpd, self.n, self.classes = dim, rank, domains, clients_per_domain, n, classes
+    def __init__(self, dim: int = 16, rank: int = 3, domains: int = 3, clients_per_domain: int | list[int] = 2, n: int = 30, classes: int = 3) -> None:
+        self.cpd = [clients_per_domain] * domains if isinstance(clients_per_domain, int) else list(clients_per_domain)
+        self.dim, self.rank, self.domains, self.n, self.classes = dim, rank, len(self.cpd), n, classes
 
     def build(self, seed: int) -> FederatedData:
         rng = np.random.default_rng(seed)
@@ -44,7 +45,7 @@ class PlantedSubspaces(DataSource):
         clients, test = [], {}
         for d in range(self.domains):
             basis = np.linalg.qr(rng.normal(size=(self.dim, self.rank)))[0]
-            for _ in range(self.cpd):
+            for _ in range(self.cpd[d]):
                 clients.append(ClientData(len(clients), f"d{d}", draw(basis, self.n)))
             test[f"d{d}"] = draw(basis, 20)
         return FederatedData(clients, test, num_classes=self.classes)
@@ -166,16 +167,16 @@ def test_mixing_bounds_1_1_make_virtual_features_equal_the_real_features():
     data, model, _ = _concat()
     client = data.clients[2]
     protos = torch.randn(2, 3, 8)
-    bc = {"protos": protos, "has": torch.ones(2, 3, dtype=torch.bool), "cluster": torch.tensor([0, 0, 1, 1, 0, 1])}
+    bc = {"protos": protos.reshape(6, 8), "has": torch.ones(2, 3, dtype=torch.bool), "cluster": torch.tensor([0, 0, 1, 1, 0, 1])}
     real = encode(model, client.train.x)
-    up = calibrate.VirtualFeatureQuery(1.0, 1.0, "feature", "any", 2).compute(client, QueryTask(2, 5, None, bc), model)
+    up = calibrate.VirtualFeatureQuery(1.0, 1.0, "feature", "one", 2).compute(client, QueryTask(2, 5, None, bc), model)
     assert torch.equal(up["features"], torch.cat([real, real])) and torch.equal(up["labels"], client.train.y.repeat(2))
     assert set(up) == {"features", "labels"}
     # (0, 0) gives the prototypes; partner "other" takes them from the other cluster (client 2 is in cluster 1)
     other = calibrate.VirtualFeatureQuery(0.0, 0.0, "feature", "other", 1).compute(client, QueryTask(2, 5, None, bc), model)
     assert torch.equal(other["features"], protos[0, client.train.y])
     # the official form weights the prototype: λ = 0 keeps the real feature
-    official = calibrate.VirtualFeatureQuery(0.0, 0.0, "prototype", "any", 1).compute(client, QueryTask(2, 5, None, bc), model)
+    official = calibrate.VirtualFeatureQuery(0.0, 0.0, "prototype", "one", 1).compute(client, QueryTask(2, 5, None, bc), model)
     assert torch.equal(official["features"], real)
     mixed = calibrate.VirtualFeatureQuery(0.5, 0.5, "feature", "other", 1).compute(client, QueryTask(2, 5, None, bc), model)
     torch.testing.assert_close(mixed["features"], 0.5 * real + 0.5 * protos[0, client.train.y])
@@ -183,7 +184,9 @@ def test_mixing_bounds_1_1_make_virtual_features_equal_the_real_features():
 
 def test_concatenated_encoder_is_frozen_and_drops_the_expert_heads():
     data, model, enc = _concat()
-    assert set(model.state_dict()) == set(enc) and not any(k.endswith(("1.weight", "1.bias")) and ".3." in k for k in enc)
+    # F's weights are exactly the experts' encoder layers ("1.*" of MLP(4)); their heads ("3.*") never travel
+    assert set(enc) == {f"experts.{v}.1.{p}" for v in range(2) for p in ("weight", "bias")}
+    assert set(model.state_dict()) == set(enc)
     assert model.dim == 8
     full = ConcatExperts(MLP(hidden=(4,)), 2, enc).build((16,), 3)
     assert [n for n, p in full.named_parameters() if p.requires_grad] == ["head.weight", "head.bias"]
