@@ -133,8 +133,9 @@ STRENGTH = {"LH": {}, "LH T5": {"steps": 5}, "LH T20": {"steps": 20}, "LH shared
 
 
 def strength_runs(seeds: list[int]) -> list[tuple]:
-    """Every (setting, method, variant, seed) of the strength study, seed-major so a partial run covers all rows."""
-    return [(setting, name, variant, seed) for seed in seeds for setting in SETTINGS for name in METHODS for variant in (None, *STRENGTH)]
+    """Every (setting, method, variant, seed) of the strength study: Dir(0.1) (the paper's headline setting) first,
+    then seed by seed, so a partial run covers every row of a setting."""
+    return [(setting, name, variant, seed) for setting in SETTINGS for seed in seeds for name in METHODS for variant in (None, *STRENGTH)]
 
 
 def strength_run(setting: str, name: str, variant: str | None, seed: int) -> Path:
