@@ -3,6 +3,7 @@ the angle matrix under both angle definitions, V and purity at the configured th
 average linkage recovers the true domains exactly (V = number of domains, purity 1).
 
     python experiments/fkpl_stage0.py configs/fkpl/*.yaml [--out docs/results/fkpl_stage0.md] [--step 0.1]
+    (an entry "base.yaml+overlay.yaml" composes configs, as repeated --config does)
 
 Seconds per config (an SVD per client); a config whose data is not on this machine is reported as such.
 """
@@ -39,7 +40,7 @@ def recovering(angles: np.ndarray, domains: list[str], step: float) -> str:
 
 
 def stage0_rows(config: str, step: float) -> list[str]:
-    federation = federation_from_configs(config)
+    federation = federation_from_configs(*config.split("+"))
     method = federation.method
     if not isinstance(method, FKPL):
         return []

@@ -141,11 +141,18 @@ class DomainSkew(Partitioner):
     domain in the data's domain order. FKPL/FPL put different numbers of clients on different domains: pass a mapping
     (FPL's "20% per client" with k clients on a domain is fraction = 0.2·k here, since `fraction` is per domain).
 
+    `client_fraction` is the official FPL/FKPL layout instead (`partition_office_domain_skew_loaders`): every client of
+    a domain draws `int(f·n)` samples of that domain's n training samples, disjoint from the domain's other clients
+    (successive slices of one seeded permutation), so a domain's k clients hold k·f of it (FKPL's Office: 4/3/2/1
+    clients at 0.25/0.25/0.5/1.0; PACS: 4/5/5/6 at 0.2/0.2/0.2/0.1).
+
     Args:
         fraction: Fraction of each domain's training split handed out, in (0, 1].
         clients_per_domain: Clients per domain: one number for all domains, or a mapping naming every domain.
         beta: Dirichlet concentration for label skew among a domain's clients (> 0); null for an IID split.
         min_per_class: With beta set, samples of every class each client gets before the Dirichlet split.
+        client_fraction: Fraction of its domain's training split each client draws (one number, or a mapping naming
+            every domain); needs fraction 1 and no beta, and clients × client_fraction <= 1 on every domain.
     """
 
     def __init__(
@@ -154,9 +161,18 @@ class DomainSkew(Partitioner):
         clients_per_domain: int | dict[str, int] = 1,
         beta: float | None = None,
         min_per_class: int = 0,
+        client_fraction: float | dict[str, float] | None = None,
     ) -> None:
         if not 0 < fraction <= 1:
             raise DataError(f"fraction must be in (0, 1], got {fraction!r}")
+        if client_fraction is not None:
+            values = client_fraction.values() if isinstance(client_fraction, Mapping) else [client_fraction]
+            if not values or not all(0 < float(f) <= 1 for f in values):
+                raise DataError(f"client_fraction must be in (0, 1] (one number or one per domain), got {client_fraction!r}")
+            if fraction != 1.0 or beta is not None:
+                raise DataError(f"client_fraction sets each client's share itself: it needs fraction 1 and beta null, got fraction {fraction!r}, beta {beta!r}")
+            client_fraction = {str(d): float(f) for d, f in client_fraction.items()} if isinstance(client_fraction, Mapping) else float(client_fraction)
+        self.client_fraction = client_fraction
         if isinstance(clients_per_domain, Mapping):
             if not clients_per_domain:
                 raise DataError("clients_per_domain mapping is empty; name every domain with its number of clients")
@@ -184,13 +200,34 @@ class DomainSkew(Partitioner):
             raise DataError(f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}")
         return {d: self.clients_per_domain[d] for d in domains}
 
+    def client_fractions(self, domains: list[str]) -> dict[str, float]:
+        """Each domain's `client_fraction`, checking that a mapping names exactly `domains`."""
+        if not isinstance(self.client_fraction, dict):
+            return dict.fromkeys(domains, float(self.client_fraction or 0.0))
+        missing = [d for d in domains if d not in self.client_fraction]
+        extra = [d for d in self.client_fraction if d not in domains]
+        if missing or extra:
+            raise DataError(f"client_fraction must name exactly the domains {domains}; missing {missing}, extra {extra}")
+        return {d: self.client_fraction[d] for d in domains}
+
     def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         counts = self.clients_of(list(labels))
+        shares = self.client_fractions(list(labels)) if self.client_fraction is not None else {}
         clients: list[ClientIndices] = []
         for domain, y in labels.items():
             if len(y) == 0:
                 raise DataError(f"domain {domain!r} has no training samples")
+            if shares:
+                each, k = int(shares[domain] * len(y)), counts[domain]
+                if each < 1 or k * each > len(y):
+                    raise DataError(
+                        f"domain {domain!r}: {k} clients × client_fraction {shares[domain]} of its {len(y)} training samples "
+                        f"({each} each) needs 1 <= {k} × {each} <= {len(y)}"
+                    )
+                order = rng.permutation(len(y))
+                clients.extend(ClientIndices(domain, np.sort(order[j * each : (j + 1) * each])) for j in range(k))
+                continue
             kept = max(1, round(self.fraction * len(y)))
             _check_enough_samples(domain, kept, counts[domain])
             chosen = np.sort(rng.choice(len(y), size=kept, replace=False))

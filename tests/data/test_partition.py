@@ -349,3 +349,32 @@ def test_min_size_that_cannot_be_met_names_the_numbers():
         Dirichlet(num_clients=2, min_size=-1)
     split = Dirichlet(num_clients=4, beta=0.1, min_size=3).split({"all": np.repeat(np.arange(2), 10)}, 2, np.random.default_rng(0))
     assert min(len(c.indices) for c in split) >= 3
+
+
+def test_domain_skew_client_fraction_is_the_official_fpl_fkpl_layout() -> None:
+    """Every client of a domain holds int(f·n) samples of it, disjoint from its domain's other clients; FKPL's Office
+    layout (4/3/2/1 clients at 0.25/0.25/0.5/1.0) on three domains here."""
+    counts = {"mnist": 4, "svhn": 2, "usps": 1}
+    shares = {"mnist": 0.25, "svhn": 0.3, "usps": 1.0}
+    clients = DomainSkew(clients_per_domain=counts, client_fraction=shares).split(LABELS, C, _rng(3))
+    _check_valid(clients, LABELS)
+    assert [c.domain for c in clients] == ["mnist"] * 4 + ["svhn"] * 2 + ["usps"]
+    for domain, y in LABELS.items():
+        own = [c.indices for c in clients if c.domain == domain]
+        assert [len(i) for i in own] == [int(shares[domain] * len(y))] * counts[domain]
+        assert len(np.unique(np.concatenate(own))) == sum(len(i) for i in own)  # disjoint
+    (usps,) = [c for c in clients if c.domain == "usps"]
+    np.testing.assert_array_equal(usps.indices, np.arange(len(LABELS["usps"])))  # a single client at 1.0: all of it
+    again = DomainSkew(clients_per_domain=counts, client_fraction=shares).split(LABELS, C, _rng(3))
+    assert all(np.array_equal(a.indices, b.indices) for a, b in zip(clients, again))  # seeded
+
+
+def test_domain_skew_client_fraction_errors() -> None:
+    with pytest.raises(DataError, match=r"domain 'mnist': 4 clients × client_fraction 0.3 of its 300 training samples \(90 each\) needs 1 <= 4 × 90 <= 300"):
+        DomainSkew(clients_per_domain=4, client_fraction=0.3).split(LABELS, C, _rng(0))
+    with pytest.raises(DataError, match="needs fraction 1 and beta null, got fraction 0.5"):
+        DomainSkew(fraction=0.5, client_fraction=0.2)
+    with pytest.raises(DataError, match=r"client_fraction must name exactly the domains .*missing \['usps'\]"):
+        DomainSkew(client_fraction={"mnist": 0.5, "svhn": 0.5}).split(LABELS, C, _rng(0))
+    with pytest.raises(DataError, match="client_fraction must be in"):
+        DomainSkew(client_fraction=0.0)

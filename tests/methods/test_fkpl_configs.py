@@ -26,6 +26,7 @@ def test_the_office_pixel_config_clusters_its_clients_into_their_domains(monkeyp
     fkpl = federation.method
     bases = [SubspaceBasis(fkpl.basis, fkpl.per_class).compute(client, None, None)["basis"] for client in fed.clients]
     domains = [client.domain for client in fed.clients]
+    assert {d: domains.count(d) for d in set(domains)} == {"caltech": 4, "amazon": 3, "webcam": 2, "dslr": 1}  # the official layout
     labels = cluster(angle_matrix(bases, fkpl.angle), fkpl.threshold)
     assert (max(labels) + 1, purity(labels, domains)) == (4, 1.0)
     # why the config takes PACFL's angle: with the exact θ1 every client falls in one cluster at its threshold
