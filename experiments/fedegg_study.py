@@ -130,15 +130,14 @@ def table(seeds: list[int]) -> str:
 #: The guiding-strength variants of FedEGG-LH (issue 23): the paper's T_g = 1, more steps per guided round, and the
 #: FL head trained on mapped guiding labels (shared_head, spec A1).
 STRENGTH = {"LH": {}, "LH T5": {"steps": 5}, "LH T20": {"steps": 20}, "LH shared": {"shared_head": True}}
-#: The variants run per setting: Dir(10) (the paper's "IID", gains of +0.0 to +1.6 in Table 3) only at the paper's
-#: T_g and with the shared head, to fit the study in the CPU budget (docs/results/fedegg_results.md).
-VARIANTS = {"dir0.1": list(STRENGTH), "dir10": ["LH", "LH shared"]}
+#: The runs in order (setting, variants): Dir(0.1) (the paper's headline setting) whole, then Dir(10) at the paper's
+#: T_g and with the shared head, then Dir(10)'s stronger T_g, so a study cut short still has every seed of a row.
+ORDER = [("dir0.1", [None, *STRENGTH]), ("dir10", [None, "LH", "LH shared"]), ("dir10", ["LH T5", "LH T20"])]
 
 
 def strength_runs(seeds: list[int]) -> list[tuple]:
-    """Every (setting, method, variant, seed) of the strength study: Dir(0.1) (the paper's headline setting) first,
-    then seed by seed, so a partial run covers every row of a setting."""
-    return [(setting, name, variant, seed) for setting in SETTINGS for seed in seeds for name in METHODS for variant in (None, *VARIANTS[setting])]
+    """Every (setting, method, variant, seed) of the strength study, in `ORDER`, seed by seed within each part."""
+    return [(setting, name, variant, seed) for setting, variants in ORDER for seed in seeds for name in METHODS for variant in variants]
 
 
 def strength_run(setting: str, name: str, variant: str | None, seed: int) -> Path:
@@ -159,7 +158,7 @@ def strength(seeds: list[int]) -> str:
     per_seed = " / ".join(str(s) for s in seeds)
     out = []
     for setting in SETTINGS:
-        variants = VARIANTS[setting]
+        variants = list(STRENGTH)
         head = " | ".join(f"+ {v}: Δ (seeds {per_seed}) | guided | ratio" for v in variants)
         out += [f"### {setting.replace('dir', 'Dir(')})", "", f"| method | alone | {head} |", "|---|---|" + "---|---|---|" * len(variants)]
         for name in METHODS:
