@@ -110,8 +110,7 @@ def mean_std(values: list[float]) -> str:
 
 
 def fedegg_log(run_dir: Path) -> tuple[float, int]:
-    hist = records(run_dir)
-    return hist[0]["server/fedegg/tau"], sum(r["server/fedegg/gate"] for r in hist)
+    return records(run_dir)[0]["server/fedegg/tau"], guided_log(run_dir)[0]
 
 
 def table(seeds: list[int]) -> str:
