@@ -15,7 +15,18 @@ with the variants as labels: per variant, each domain's last-k-round accuracy, A
 domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
 Extra `flsuite fit` flags for every run can follow `--`; a study whose finished runs were given other flags (read from
 each run's environment.json) stops before running anything, since its table would mix settings (e.g. 50 and 100
-rounds).
+rounds). A variant's list may also hold `--key=value` flags for that variant alone, in order with its overlays, so a
+grid needs no overlay files: "FedProx [mu 0.1]=configs/baselines/fedprox.yaml,--method.init_args.mu=0.1".
+
+Selection on validation data (`--select_on val`, the suite's tuning policy, docs/results.md "Tuning policy"): the
+variants form method groups, a group being the variants whose labels agree up to " [" ("FedProx [mu 0.01]" and
+"FedProx [mu 0.1]" are the grid of "FedProx"; a label without " [" is a group of its own). Every variant runs on
+every seed as usual; then each group keeps the one variant with the best validation last-k AVG (`last{k}/val/acc_mean`
+of summary.json, the mean over its finished seeds; a tie goes to the variant given first), and the table shows the
+test numbers of the kept variants only, followed by each group's grid (the config keys its variants differ in, and
+every variant's validation AVG) and its choice. The test set never takes part in the choice. The runs need a
+validation split (`validation.fraction` > 0 in the base, an overlay or the flags after `--`): without one the study
+stops before running anything.
 """
 
 from __future__ import annotations
@@ -32,7 +43,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import yaml
+
 from flsuite import compare
+from flsuite.records import VAL_PREFIX
 
 
 def slug(text: str) -> str:
@@ -41,8 +56,8 @@ def slug(text: str) -> str:
 
 def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(base)]
-    for path in filter(None, overlay.split(",")):
-        cmd += ["--config", path]
+    for item in filter(None, overlay.split(",")):
+        cmd += [item] if item.startswith("--") else ["--config", item]
     common = ["--seed", str(seed), "--progress", "false", "--wandb.enabled", "false", *extra]
     if (run_dir / "checkpoints" / "last.pt").is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
         return cmd + ["--resume", str(run_dir), *common]
@@ -90,9 +105,67 @@ def comparison(variants: list[tuple[str, str]], seeds: list[int], runs: Path) ->
     return compare.compare(groups)
 
 
-def table(name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str) -> str:
+def method_group(label: str) -> str:
+    """A variant's method group: its label up to " [" ("FedProx [mu 0.01]" -> "FedProx"), else the whole label."""
+    return label.split(" [", 1)[0].strip()
+
+
+def validation_fraction(base: Path, overlay: str, extra: list[str]) -> float:
+    """The `validation.fraction` a variant's runs get: the last of its config files and flags (base, the variant's
+    list, the flags after `--`, in the order `flsuite fit` reads them) that sets it; 0 when none does."""
+    items, fraction = [str(base), *filter(None, overlay.split(",")), *extra], 0.0
+    for i, item in enumerate(items):
+        if item == "--validation.fraction" and i + 1 < len(items):
+            fraction = float(items[i + 1])
+        elif item.startswith("--validation.fraction="):
+            fraction = float(item.split("=", 1)[1])
+        elif item.endswith((".yaml", ".yml")) and Path(item).is_file():
+            fraction = float(((yaml.safe_load(Path(item).read_text()) or {}).get("validation") or {}).get("fraction", fraction))
+    return fraction
+
+
+def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tuple[list[tuple[str, str]], str]:
+    """Per method group, the variant with the best mean validation last-k AVG over its finished seeds (first given on
+    a tie), and the Markdown stating every group's grid, its variants' validation AVG and the choice."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for label, overlay in variants:
+        groups.setdefault(method_group(label), []).append((label, overlay))
+    chosen, rows = [], []
+    for group, members in groups.items():
+        scores, configs = {}, {}
+        for label, _ in members:
+            done = [compare.load_run(d) for s in seeds if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()]
+            if not done:
+                continue
+            key = done[0].prefix + VAL_PREFIX + "acc_mean"
+            if missing := [str(r.path) for r in done if key not in r.summary]:
+                sys.exit(f"--select_on val: {', '.join(missing)} has no {key} in summary.json (run without a validation split)")
+            scores[label], configs[label] = [float(r.summary[key]) for r in done], compare.experiment(done[0].config)
+        if not scores:
+            continue
+        best = max(scores, key=lambda label: float(np.mean(scores[label])))  # max keeps the first of equal scores
+        chosen += [m for m in members if m[0] == best]
+        keys = compare.differing_keys(list(configs.values()))
+        grid = "; ".join(f"`{k}` ∈ {{{', '.join(dict.fromkeys(str(c.get(k, '—')) for c in configs.values()))}}}" for k in keys) or "—"
+        values = ", ".join(f"`{k}={configs[best].get(k, '—')}`" for k in keys) or "—"
+        shown = "; ".join(f"{'**' * (lb == best)}{lb}: {compare.mean_pm(v)}{'**' * (lb == best)}" for lb, v in scores.items())
+        rows.append(f"| {group} | {grid} | {shown} | {best} | {values} |")
+    head = [
+        "Chosen on validation data (`--select_on val`): per method, the grid variant with the best validation last-k AVG",
+        "(mean ± std over seeds); the table above reports the test numbers of the chosen variants only.",
+        "",
+        "| method | grid | validation AVG per variant | chosen | chosen values |",
+        "|---|---|---|---|---|",
+    ]
+    return chosen, "\n".join([*head, *rows, ""])
+
+
+def table(name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str, select_on: str | None = None) -> str:
+    selection = ""
+    if select_on == "val":
+        variants, selection = select(variants, seeds, runs)
     text = comparison(variants, seeds, runs).markdown(name)
-    return "\n".join([text, "Regenerate with:", "", "```bash", command, "```", ""])
+    return "\n".join([text, *([selection] if selection else []), "Regenerate with:", "", "```bash", command, "```", ""])
 
 
 def main() -> None:
@@ -106,12 +179,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here")
     ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
+    ap.add_argument("--select_on", choices=["val"], help="per method group, keep the variant with the best validation AVG (see above)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     runs = args.runs / args.name
     check_same_flags(runs, extra)
+    if args.select_on and (none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]):
+        sys.exit(f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)")
 
     for seed in args.seeds:  # fill the feature cache once per seed before parallel runs
         cmd = [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.base), "--seed", str(seed), *extra]
@@ -132,13 +208,14 @@ def main() -> None:
     with ThreadPoolExecutor(args.workers) as pool:
         failed = [r for r in pool.map(job, jobs) if r[2] != 0]
     command = args.command or "python experiments/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = table(args.name, variants, args.seeds, runs, command)
+    text = table(args.name, variants, args.seeds, runs, command, args.select_on)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     if args.html:
-        result, png = comparison(variants, args.seeds, runs), io.BytesIO()
+        shown = select(variants, args.seeds, runs)[0] if args.select_on else variants
+        result, png = comparison(shown, args.seeds, runs), io.BytesIO()
         result.plot(png)
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(result.html(args.name, png.getvalue()))

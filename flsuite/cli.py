@@ -159,17 +159,19 @@ def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     init = parser.instantiate(cfg)
     start = time.perf_counter()
     with progress.shown(cfg.progress):
-        data = init.data.build(cfg.seed)
+        data = init.validation.apply(init.data.build(cfg.seed), cfg.seed)
     seconds = time.perf_counter() - start
     n_train = sum(len(c.train) for c in data.clients)
     n_test = sum(len(s) for s in data.test.values())
+    n_val = sum(len(s) for s in data.validation.values())  # held out of the clients' training splits
     report = {
         "clients": len(data.clients),
         "train_samples": n_train,
         "test_samples": n_test,
+        **({"validation_samples": n_val} if n_val else {}),
         "input_shape": list(data.input_shape),
         "seconds": round(seconds, 2),
-        "samples_per_s": round((n_train + n_test) / max(seconds, 1e-9), 1),
+        "samples_per_s": round((n_train + n_test + n_val) / max(seconds, 1e-9), 1),
     }
     print(json.dumps(report, indent=2))
     return report

@@ -5,6 +5,8 @@
   convention, ddof=0); `acc_std_sample`: sample standard deviation (FKPL's convention, ddof=1; only with ≥ 2 domains).
 - Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last; the final
   STD is the standard deviation across domains of the last-k mean accuracies (the papers' tables).
+- Validation (`validation.fraction` > 0): the same `evaluate` on the per-domain validation split, under `val/`, in the
+  same rounds; the summary gets their last-k means (`last{k}/val/...`), what a study selects hyperparameters on.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from flsuite.data.base import Split
+from flsuite.data.base import FederatedData, Split
 from flsuite.records import (
     ACC_MEAN,
     ACC_PREFIX,
@@ -28,13 +30,14 @@ from flsuite.records import (
     ROUND,
     ROUNDS_TO_TARGET,
     TARGET_ACC,
+    VAL_PREFIX,
     evaluated,
     is_accuracy_key,
     last_k_prefix,
     summary_prefix,
 )
 
-__all__ = ["ACC_PREFIX", "accuracy", "domain_summary", "domain_table", "evaluate", "final_summary", "summary_prefix"]
+__all__ = ["ACC_PREFIX", "accuracy", "domain_summary", "domain_table", "evaluate", "evaluate_federation", "final_summary", "summary_prefix"]
 
 
 @torch.inference_mode()
@@ -69,6 +72,14 @@ def evaluate(model: nn.Module, test: Mapping[str, Split], num_classes: int, devi
     return domain_summary({d: accuracy(model, s, num_classes, device=device) for d, s in test.items()})
 
 
+def evaluate_federation(model: nn.Module, data: FederatedData, device: str = "cpu") -> dict[str, float]:
+    """`evaluate` on the test splits and, when the run holds validation data out, on those under `val/`."""
+    out = evaluate(model, data.test, data.num_classes, device=device)
+    if data.validation:
+        out.update({f"{VAL_PREFIX}{k}": v for k, v in evaluate(model, data.validation, data.num_classes, device=device).items()})
+    return out
+
+
 def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None) -> dict[str, object]:
     """Final numbers from the per-round records that carry accuracy.
 
@@ -78,6 +89,8 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
     (`last{k}/acc_std_sample`, FKPL; ≥ 2 domains). The mean of the per-round STDs (this suite's earlier final STD)
     is kept as `last{k}/mean_of_round_acc_std` (and `_sample`). Also `last/<metric>` (last evaluated round),
     `best/acc_mean` and its round, and `rounds_to_target` (first round whose acc_mean reaches `target_acc`, or None).
+    With validation metrics in the records: `last{k}/val/<metric>` (their last-k means and STDs, computed the same
+    way) and `last/val/<metric>`; no best round (that is a choice on the test set only).
     """
     done = evaluated(history)
     if not done:
@@ -85,15 +98,10 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
     prefix = last_k_prefix(last_k)
     keys = [k for k in done[-1] if is_accuracy_key(k)]
     tail = done[-last_k:]
-    means = {k: float(np.mean([float(r[k]) for r in tail])) for k in keys}
-    out: dict[str, object] = {f"{prefix}{k}": v for k, v in means.items() if k not in (ACC_STD, ACC_STD_SAMPLE)}
-    domain_means = np.array([v for k, v in means.items() if k.startswith(ACC_PREFIX)], dtype=np.float64)
-    out[f"{prefix}{ACC_STD}"] = float(domain_means.std(ddof=0))
-    if len(domain_means) > 1:
-        out[f"{prefix}{ACC_STD_SAMPLE}"] = float(domain_means.std(ddof=1))
+    out = _last_k_means(tail, prefix, keys)
     for k in (ACC_STD, ACC_STD_SAMPLE):
-        if k in means:
-            out[f"{prefix}mean_of_round_{k}"] = means[k]
+        if k in keys:
+            out[f"{prefix}mean_of_round_{k}"] = float(np.mean([float(r[k]) for r in tail]))
     out[f"{prefix}rounds"] = len(tail)
     out.update({f"{LAST_PREFIX}{k}": float(done[-1][k]) for k in keys})
     best = max(done, key=lambda r: float(r[ACC_MEAN]))
@@ -103,6 +111,22 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
         reached = [int(r[ROUND]) for r in done if float(r[ACC_MEAN]) >= target_acc]
         out[ROUNDS_TO_TARGET] = reached[0] if reached else None
         out[TARGET_ACC] = target_acc
+    val_keys = [k for k in done[-1] if k.startswith(VAL_PREFIX) and is_accuracy_key(k.removeprefix(VAL_PREFIX))]
+    if val_keys:
+        out.update(_last_k_means(tail, prefix + VAL_PREFIX, val_keys, VAL_PREFIX))
+        out.update({f"{LAST_PREFIX}{k}": float(done[-1][k]) for k in val_keys})
+    return out
+
+
+def _last_k_means(tail: Sequence[Mapping[str, object]], prefix: str, keys: Sequence[str], strip: str = "") -> dict[str, object]:
+    """`<prefix><key>`: the last-k mean of each per-domain accuracy and of acc_mean (`keys` less `strip`), and the
+    STDs across domains of the per-domain means."""
+    means = {k.removeprefix(strip): float(np.mean([float(r[k]) for r in tail])) for k in keys}  # type: ignore[arg-type]
+    out: dict[str, object] = {f"{prefix}{k}": v for k, v in means.items() if k not in (ACC_STD, ACC_STD_SAMPLE)}
+    domain_means = np.array([v for k, v in means.items() if k.startswith(ACC_PREFIX)], dtype=np.float64)
+    out[f"{prefix}{ACC_STD}"] = float(domain_means.std(ddof=0))
+    if len(domain_means) > 1:
+        out[f"{prefix}{ACC_STD_SAMPLE}"] = float(domain_means.std(ddof=1))
     return out
 
 

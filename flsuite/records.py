@@ -12,6 +12,7 @@ A round record (`Rounds`):
 | `train_loss` | sample-weighted mean of the clients' mean mini-batch losses |
 | `bytes_down`, `bytes_up` | what the round sent, summed over clients |
 | `client_loss`, `client_steps` | {client id (a string): mean loss, optimiser steps} |
+| `client/<method>/<metric>` | what the method's clients report (`ClientModule.metrics`), sample-weighted over the clients that report it; none: no key |
 | `server/<name>/<metric>` | what the method's server update and the server steps report |
 | `acc/<domain>`, `acc_mean`, `acc_std`, `acc_std_sample` | evaluation, in rounds that evaluate (`eval_every`) |
 
@@ -37,8 +38,12 @@ TRAIN_LOSS = "train_loss"
 BYTES_UP, BYTES_DOWN = "bytes_up", "bytes_down"
 CLIENT_LOSS, CLIENT_STEPS = "client_loss", "client_steps"
 SERVER_PREFIX = "server/"
+CLIENT_PREFIX = "client/"
 ACC_PREFIX = "acc/"
 ACC_MEAN, ACC_STD, ACC_STD_SAMPLE = "acc_mean", "acc_std", "acc_std_sample"
+#: Prefix of the same evaluation on the validation split (`validation.fraction` > 0): `val/acc/<domain>`,
+#: `val/acc_mean`, ... in evaluated rounds, and `last<k>/val/...` in the summary.
+VAL_PREFIX = "val/"
 #: Timing keys of a round.
 ROUND_SECONDS, CLIENTS_SECONDS, EVAL_SECONDS = "time/round_s", "time/clients_s", "time/eval_s"
 #: Summary keys besides the last-k averages.
@@ -57,6 +62,12 @@ PER_ROUND = re.compile(r"acc/.+|acc_mean|acc_std|acc_std_sample|train_loss")
 def is_accuracy_key(key: str) -> bool:
     """`acc/<domain>` and the `acc_*` statistics (`acc_mean`, `acc_std`, `acc_std_sample`): what evaluation writes."""
     return key.startswith((ACC_PREFIX, "acc_"))
+
+
+def client_metric_key(method: str, metric: str) -> str:
+    """The round-record key of a metric the clients report: `client/<method>/<metric>`, <method> the method's class
+    name lower-cased (`FedCiR`, `align` -> `client/fedcir/align`)."""
+    return f"{CLIENT_PREFIX}{method.lower()}/{metric}"
 
 
 def last_k_prefix(last_k: int) -> str:

@@ -1,4 +1,5 @@
-"""The federation's data: each client's training split and every domain's test split.
+"""The federation's data: each client's training split, every domain's test split and, when the run holds one out
+(`validation.fraction`, `flsuite.data.validation`), every domain's validation split.
 
 A `DataSource` (selected in YAML with `class_path`) builds a `FederatedData` for a seed. Everything downstream (the
 round loop, methods, evaluation) only sees `FederatedData`.
@@ -50,13 +51,18 @@ class ClientData:
 
 @dataclass
 class FederatedData:
-    """Clients (index = client id), per-domain test sets, and what models need to know about the inputs."""
+    """Clients (index = client id), per-domain test sets, and what models need to know about the inputs.
+
+    `validation`: per-domain samples held out of the clients' training splits (`flsuite.data.validation`); empty
+    unless the run asks for them, and never seen by a client.
+    """
 
     clients: list[ClientData]
     test: dict[str, Split]
     num_classes: int
     classes: tuple[str, ...] = ()
     description: dict[str, object] = field(default_factory=dict)
+    validation: dict[str, Split] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.clients:
@@ -82,7 +88,8 @@ class FederatedData:
         return np.stack([np.bincount(c.train.y.numpy(), minlength=self.num_classes) for c in self.clients])
 
     def partition_stats(self) -> dict[str, object]:
-        """Samples per client per class, each client's domain, and test-set sizes (saved with every run)."""
+        """Samples per client per class, each client's domain, test-set sizes and validation-set sizes when there are
+        any (saved with every run)."""
         counts = self.class_counts()
         return {
             "classes": list(self.classes),
@@ -90,6 +97,7 @@ class FederatedData:
                 {"client": c.client_id, "domain": c.domain, "num_samples": len(c.train), "per_class": counts[i].tolist()} for i, c in enumerate(self.clients)
             ],
             "test": {d: len(s) for d, s in self.test.items()},
+            **({"validation": {d: len(s) for d, s in self.validation.items()}} if self.validation else {}),
             **self.description,
         }
 

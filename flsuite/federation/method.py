@@ -46,9 +46,9 @@ class ClientModule(nn.Module):
     """One client's local training in one round, as hooks: the method's client side.
 
     The loops that call them (`local.loop`: lean, standard, compiled; `flsuite.federation.local.loops`) run one
-    Lightning `Trainer.fit` per client. Per fit: `begin`, then per batch `local_loss (→ gather) → backward → +
-    gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries `upload` and
-    `next_state`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
+    Lightning `Trainer.fit` per client. Per fit: `begin`, `probe` (first batch), then per batch `local_loss (→ gather) → backward
+    → + gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries
+    `upload`, `next_state` and `metrics`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
     """
 
     #: The statistic by which a method whose objective adds terms to the FL task's loss (a proximal term, a
@@ -114,6 +114,18 @@ class ClientModule(nn.Module):
     def after_optimizer_step(self) -> None:
         """Called after each optimiser step; overriding it needs `step_hooks = True`."""
 
+    def probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """A measurement too costly for every step (e.g. per-term gradient norms), called once per fit by every loop
+        on the fit's first batch before its first step, at the fit's starting weights. The loop isolates it
+        (`flsuite.federation.local.steps.probe`): torch's RNG is forked, autocast is off and the model's buffers are
+        restored, so the training is the same to the bit; the hook itself must leave `.grad` alone (use
+        `torch.autograd.grad`). Report its result through `metrics`. Default: nothing (the loops do not call it)."""
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers describing this fit (e.g. the mean of each loss term), logged per round as the sample-weighted
+        mean over the round's clients under `client/<method>/<key>` (`records.client_metric_key`). Default: none."""
+        return {}
+
     def upload(self) -> dict[str, Any]:
         """Extras sent to the server besides the weights (e.g. prototypes, control-variate deltas)."""
         return {}
@@ -150,6 +162,7 @@ class ClientModule(nn.Module):
             train_loss=self.mean_loss,
             num_steps=self.num_steps,
             task_loss=self.mean_task_loss,
+            metrics=self.metrics(),
         )
 
 

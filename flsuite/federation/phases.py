@@ -40,7 +40,7 @@ from flsuite.federation.task import (
     Weights,
 )
 from flsuite.federation.weights import clone_weights, is_finite
-from flsuite.metrics import evaluate
+from flsuite.metrics import evaluate_federation
 from flsuite.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -190,11 +190,12 @@ class Rounds(Phase):
             records.BYTES_UP: sum(method.bytes_up(r) for r in results),
             records.CLIENT_LOSS: {str(r.client_id): r.train_loss for r in results},
             records.CLIENT_STEPS: {str(r.client_id): r.num_steps for r in results},
+            **client_metrics(type(method).__name__, results),
             **{f"{records.SERVER_PREFIX}{k}": v for k, v in {**update.metrics, **step_metrics}.items()},
         }
         t_eval = time.perf_counter()
         if rnd % settings.eval_every == 0 or rnd == rounds:
-            record.update(evaluate(global_model, data.test, data.num_classes, device=settings.eval_device))
+            record.update(evaluate_federation(global_model, data, device=settings.eval_device))  # + val/ with validation data
         now = time.perf_counter()
         timing = {records.ROUND: rnd, records.ROUND_SECONDS: now - t0, records.CLIENTS_SECONDS: t_clients, records.EVAL_SECONDS: now - t_eval}
         if self.prefix:
@@ -205,6 +206,17 @@ class Rounds(Phase):
         if not self.prefix:
             return [r for r in history if records.PHASE not in r]
         return [records.without_prefix(r, self.prefix) for r in history if r.get(records.PHASE) == self.name]
+
+
+def client_metrics(method: str, results: Sequence[ClientResult]) -> dict[str, float]:
+    """Each key of the clients' `ClientResult.metrics` (in the order first reported) under
+    `records.client_metric_key`: Σ_k n_k m_k / Σ_k n_k over the clients k that report it; none reported: {}."""
+    keys = dict.fromkeys(k for r in results for k in r.metrics)
+    out = {}
+    for key in keys:
+        having = [r for r in results if key in r.metrics]
+        out[records.client_metric_key(method, key)] = sum(r.metrics[key] * r.num_samples for r in having) / sum(r.num_samples for r in having)
+    return out
 
 
 def _usable(rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: str) -> tuple[list[ClientResult], list[ClientFailure], list[int]]:

@@ -15,6 +15,7 @@ import yaml
 from jsonargparse import lazy_instance
 
 from flsuite.data.base import DataSource, FederatedData
+from flsuite.data.validation import ValidationSplit
 from flsuite.federation.checkpoint import (
     FederationState,
     load_checkpoint,
@@ -56,6 +57,8 @@ class Federation:
     Args:
         data: Where the clients' and test data come from (a `DataSource`).
         model: The model every client trains (a `ModelSpec`, built for the data's input shape and classes).
+        validation: A validation split held out of every client's training split (`fraction`, 0 = none), evaluated
+            as `val/` metrics: what hyperparameters are chosen on, never the test set (`flsuite.data.validation`).
         method: The FL method (server strategy + client module); null: the base `Method`, whose hooks are FedAvg's
             (the command line's default is `flsuite.methods.fedavg.FedAvg`, the same numbers).
         rounds: Communication rounds.
@@ -90,6 +93,7 @@ class Federation:
         self,
         data: DataSource,
         model: ModelSpec,
+        validation: ValidationSplit = ValidationSplit(),
         method: Method | None = None,
         rounds: int = 10,
         seed: int = 0,
@@ -129,7 +133,7 @@ class Federation:
         self.name, self.output_dir, self.run_dir = name, Path(output_dir), Path(run_dir) if run_dir else None
         self.checkpoint_every, self.eval_every, self.last_k, self.target_acc = checkpoint_every, eval_every, last_k, target_acc
         self.eval_device, self.progress, self.wandb = eval_device, progress, wandb
-        self.threads = threads
+        self.threads, self.validation = threads, validation
 
     # ------------------------------------------------------------------------------------------------------------
     def resolve_run_dir(self, resume: Path | None = None) -> Path:
@@ -146,7 +150,7 @@ class Federation:
 
         `query` runs the stages' client queries (the run's executor); None: in this process.
         """
-        return self._setup(self.data.build(self.seed), query)
+        return self._setup(self.validation.apply(self.data.build(self.seed), self.seed), query)
 
     def _setup(self, fed: FederatedData, query=None) -> tuple[FederatedData, dict[str, float | int]]:
         import time
@@ -199,7 +203,7 @@ class Federation:
     def _fit(self, resume: Path | None, config_yaml: str) -> dict[str, object]:
         run_dir = self.resolve_run_dir(resume)
         loaded = load_checkpoint(resume) if resume is not None else None
-        raw = self.data.build(self.seed)
+        raw = self.validation.apply(self.data.build(self.seed), self.seed)  # held out before any setup stage sees it
         self.threads.apply(raw.input_shape)
         self.executor.start(self._env(raw))
         try:
@@ -290,8 +294,4 @@ class Federation:
 
 
 def _config_dict(config_yaml: str) -> dict:
-    if not config_yaml:
-        return {}
-    import yaml
-
-    return yaml.safe_load(config_yaml) or {}
+    return (yaml.safe_load(config_yaml) or {}) if config_yaml else {}

@@ -40,6 +40,8 @@ class LocalTraining:
         lr_milestones: Rounds from which the local learning rate is multiplied by `lr_gamma` once more (a piecewise-
             constant schedule over rounds, e.g. FedEGG's η_t); empty: constant.
         lr_gamma: The factor applied at each milestone.
+        lr_decay: A per-round exponential factor d: round t trains at lr · d^(t−1) (times the milestones' factors),
+            e.g. FedGen's official client rate (0.99); 1: off.
         momentum: SGD momentum (ignored by Adam/AdamW).
         weight_decay: L2 weight decay.
         drop_last: Drop the last incomplete batch of each epoch.
@@ -67,6 +69,7 @@ class LocalTraining:
     lr: float = 0.01
     lr_milestones: list[int] = field(default_factory=list)
     lr_gamma: float = 0.1
+    lr_decay: float = 1.0
     momentum: float = 0.9
     weight_decay: float = 1e-5
     drop_last: bool = False
@@ -88,6 +91,8 @@ class LocalTraining:
             raise ValueError(f"local.lr_milestones must be increasing rounds >= 1, got {self.lr_milestones}")
         if self.lr_gamma <= 0:
             raise ValueError(f"local.lr_gamma must be > 0, got {self.lr_gamma}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"local.lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.loop not in ("auto", "lean", "standard", "compiled"):
             raise ValueError(f"local.loop must be 'auto', 'lean', 'standard' or 'compiled', got {self.loop!r}")
         if self.precision not in ("32-true", "16-mixed", "bf16-mixed"):
@@ -101,9 +106,10 @@ class LocalTraining:
         return self.momentum if self.optimizer == "sgd" else 0.0
 
     def lr_at(self, round: int) -> float:
-        """The local learning rate in `round`: lr · γ^(number of milestones ≤ round)."""
+        """The local learning rate in `round`: lr · d^(round − 1) · γ^(number of milestones ≤ round)."""
         passed = sum(1 for m in self.lr_milestones if m <= round)
-        return self.lr * self.lr_gamma**passed if passed else self.lr
+        lr = self.lr * self.lr_decay ** (round - 1) if self.lr_decay != 1 else self.lr
+        return lr * self.lr_gamma**passed if passed else lr
 
     def make_optimizer(self, params, round: int = 1) -> torch.optim.Optimizer:
         """The local optimiser over `params` for `round` (its learning rate follows the schedule)."""
@@ -141,6 +147,8 @@ class ClientResult:
     #: The mean loss of the FL task itself (cross-entropy on the client's data) over the fit's steps, without the
     #: terms the method adds to its objective (`ClientModule.TASK_LOSS`); `train_loss` where the method adds none.
     task_loss: float = float("nan")
+    #: Numbers the method reports about this fit (`ClientModule.metrics`); logged as `client/<method>/<key>`.
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

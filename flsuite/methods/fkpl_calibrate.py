@@ -19,7 +19,7 @@ from flsuite.federation.weights import clone_weights, num_bytes, weighted_averag
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl_model import ConcatExperts, encode, encoder_weights, head_keys
 from flsuite.methods.fkpl_stages import FKPLPhase, scalars
-from flsuite.metrics import evaluate
+from flsuite.metrics import evaluate, evaluate_federation
 from flsuite.models.heads import Linear
 from flsuite.models.representation import check_contract
 
@@ -180,7 +180,7 @@ class Calibrate(FKPLPhase):
         t_head = time.perf_counter() - t0
         model = ConcatExperts(settings.model, num, enc).build(data.input_shape, data.num_classes)
         check_contract(model).head.load_state_dict(head)
-        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate(model, data.test, data.num_classes, device=settings.eval_device)}
+        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate_federation(model, data, device=settings.eval_device)}
         if f.personalized_heads:
             record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
         ctx.outputs(self.name)["head"] = head

@@ -199,7 +199,7 @@ class GGEUR(SetupStage):
             clients.append(ClientData(client.client_id, client.domain, Split(x, y)))
         n_generated = sum(len(t) for parts in generated for t in parts)
         description = {**data.description, "ggeur": {"mode": "multi" if multi else "single", "generated": n_generated}}
-        augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description)
+        augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description, data.validation)
         metrics: dict[str, float | int] = {
             "bytes_up": bytes_up,
             "bytes_down": bytes_down,

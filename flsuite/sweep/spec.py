@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from flsuite.records import ACC_MEAN, LAST_PREFIX, PER_ROUND, round_key_of
+from flsuite.records import ACC_MEAN, LAST_PREFIX, PER_ROUND, VAL_PREFIX, round_key_of
 
 METHODS = ("grid", "random", "bayes")
 TOP_LEVEL_KEYS = {
@@ -177,7 +177,8 @@ def per_round_key(metric: str) -> str:
     if PER_ROUND.fullmatch(metric):
         return metric
     tail = round_key_of(metric)  # last5/acc_mean, last/acc_mean, best/acc_mean -> acc_mean
-    return tail if PER_ROUND.fullmatch(tail) else ACC_MEAN
+    # A validation metric (last5/val/acc_mean) prunes on validation's own per-round key, never on the test one.
+    return tail if PER_ROUND.fullmatch(tail.removeprefix(VAL_PREFIX)) else ACC_MEAN
 
 
 def objective_value(summary: Mapping[str, Any], metric: str, where: Path) -> float:

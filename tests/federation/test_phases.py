@@ -148,7 +148,7 @@ def test_an_interrupt_anywhere_resumes_to_the_uninterrupted_run(tmp_path, monkey
     if where == "evaluation":
         import flsuite.federation.phases as phases
 
-        real, calls = phases.evaluate, []
+        real, calls = phases.evaluate_federation, []
 
         def evaluate(*args, **kw):
             calls.append(1)
@@ -156,7 +156,7 @@ def test_an_interrupt_anywhere_resumes_to_the_uninterrupted_run(tmp_path, monkey
                 trip("evaluation")
             return real(*args, **kw)
 
-        monkeypatch.setattr(phases, "evaluate", evaluate)
+        monkeypatch.setattr(phases, "evaluate_federation", evaluate)
     with pytest.raises(RunInterrupted):
         head_federation(tmp_path / "killed", **kwargs).fit()
     assert where in TRIPPED  # it really fired

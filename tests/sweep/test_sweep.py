@@ -344,3 +344,11 @@ def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point
         assert "grid_id" not in study.trials[number].system_attrs
     else:
         assert retry.system_attrs["grid_id"] == study.trials[number].system_attrs["grid_id"]
+
+
+def test_a_validation_metric_prunes_and_scores_on_validation_never_on_test():
+    """Tuning on validation data (docs/results.md, "Tuning policy"): hyperband's per-round stand-in is `val/acc_mean`."""
+    assert sw.per_round_key("last5/val/acc_mean") == "val/acc_mean" and sw.per_round_key("val/acc_mean") == "val/acc_mean"
+    summary = {"last/acc_mean": 90.0, "last/val/acc_mean": 60.0, "last5/val/acc_mean": 61.0}
+    assert sw.objective_value(summary, "val/acc_mean", Path("s")) == 60.0
+    assert sw.objective_value(summary, "last5/val/acc_mean", Path("s")) == 61.0

@@ -1,5 +1,6 @@
 """The local loops: `LocalFit` is the `LightningModule` of one client fit, calling the client's hooks
-(`flsuite.federation.method.ClientModule`) under `local.loop`:
+(`flsuite.federation.method.ClientModule`) under `local.loop` (each first calls the client's `probe` once, on the
+fit's first batch, isolated from the training: `flsuite.federation.local.steps.probe`):
 
 - lean (manual optimisation): Lightning calls `training_step` once per local epoch with that epoch's pre-sliced
   batches (`flsuite.data.base.EpochBatches`); per batch `clear grads → local_loss → backward → + gradient_offset →
@@ -27,6 +28,7 @@ from flsuite.federation.local.steps import (
     batch_loss,
     eager_backward,
     gradient_offset_pairs,
+    probe,
 )
 from flsuite.federation.method import ClientModule
 
@@ -39,6 +41,7 @@ class LocalFit(L.LightningModule):
         self.client = client
         self.automatic_optimization = client.local.loop == "standard"
         self._compiled_steps: CompiledSteps | None = None
+        self._probed = False  # `ClientModule.probe` runs once per fit, on its first batch
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.client.local.make_optimizer(self.client.model.parameters(), round=self.client.task.round)
@@ -78,6 +81,8 @@ class LocalFit(L.LightningModule):
             return loss.detach()
 
         device = self.device
+        if not self._probed and epoch_batches:
+            self._probe(*epoch_batches[0])
         if compiled:
             if self._compiled_steps is None:
                 self._compiled_steps = CompiledSteps(client, optimizer)
@@ -95,11 +100,18 @@ class LocalFit(L.LightningModule):
             client._loss_sum += losses.double().cumsum(0)[-1].cpu()
         return None
 
+    def _probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The client's `probe` on the fit's first batch, before its first step (every loop; isolated: `steps.probe`)."""
+        self._probed = True
+        probe(self.client, x.to(self.device), y.to(self.device))
+
     def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
         returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
         client = self.client
         x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
+        if not self._probed:
+            self._probe(x, y)
         loss = batch_loss(client, x, y)
         if client._loss_sum.device != loss.device:
             client._loss_sum = client._loss_sum.to(loss.device)  # accumulate on the device: no sync per step

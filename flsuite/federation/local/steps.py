@@ -1,5 +1,5 @@
-"""The pieces of one local step that every loop shares: the batch loss and its statistics, the eager gradient and
-the method's gradient offset."""
+"""The pieces of one local step that every loop shares: the batch loss and its statistics, the eager gradient, the
+method's gradient offset, and the once-per-fit `probe`."""
 
 from __future__ import annotations
 
@@ -54,3 +54,18 @@ def add_to_gradients(offsets: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> No
     for p, offset in offsets:
         if p.grad is not None:
             p.grad.add_(offset)
+
+
+def probe(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> None:
+    """`client.probe(x, y)` without a trace in the training: torch's RNG forked (CPU and the batch's CUDA device),
+    autocast off, gradients on, the model's buffers (e.g. BatchNorm statistics) restored afterwards. Not called
+    where the client keeps `ClientModule.probe`'s default."""
+    if type(client).probe is ClientModule.probe:
+        return
+    saved = [(b, b.detach().clone()) for b in client.model.buffers()]
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.autocast(x.device.type, enabled=False), torch.enable_grad():
+        client.probe(x, y)
+    with torch.no_grad():
+        for b, value in saved:
+            b.copy_(value)
