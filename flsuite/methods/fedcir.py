@@ -7,9 +7,12 @@ Client k's loss on a batch (spec §1.5), with q(z|y) = N(μ_g(y), diag σ_g(y)²
     L = (1/B) Σ_i −log p̂(y_i|z_i)
       + λ_reg   · (1/B) Σ_i −log p̂(ỹ_i | G(ỹ_i, ε̃_i)),      ỹ_i ~ U{0..C−1}, ε̃_i ~ N(0, I)   (Eq. 12, L_reg)
       + λ_align · (1/B) Σ_i KL(N(μ(x_i), σ(x_i)²) ‖ N(μ_g(y_i), σ_g(y_i)²))                  (Eq. 14/17, L_align)
-G is frozen and in eval mode on the client, so L_reg trains the classifier only; σ_g is clamped ≥ 1e-3.
+G is frozen and in eval mode on the client, so L_reg trains the classifier only; σ_g is clamped ≥ 1e-3;
+`kl_reduction: batch_sum` drops L_align's 1/B. Each term's size and loss and gradient shares are logged
+(`client/fedcir/*`, `flsuite.methods.fedcir_terms`).
 Server (spec §1.6): FedAvg (∝ n_k, BN included); then E_g Adam steps of G on CE(Σ_k α_k h_k(G(y, ε)), y) over every
-uploaded head h_k, α_k = n_k / Σ n (`flsuite.methods.generators`); then the MLE per class from `mle_samples` draws of G
+uploaded head h_k, α_k = n_k / Σ n (`ensemble: logits`; or "mixture", or "per_client" Σ_k α_k CE(h_k(G(y, ε)), y):
+`flsuite.methods.generators`); then the MLE per class from `mle_samples` draws of G
 (eval mode): μ_g(y) = mean z, σ_g(y)² = mean (z − μ_g(y))². Clients download G (if λ_reg > 0) and μ_g, σ_g (if
 λ_align > 0); both count in `bytes_down` (Table III). All server draws use the derived server stream.
 
@@ -28,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext, ServerUpdate
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fedcir_terms import KL_REDUCTIONS, KLReduction, TermsClient, reduce_kl
 from flsuite.methods.generators import (
     Ensemble,
     GeneratorMethod,
@@ -169,8 +172,9 @@ def require_encoder(model: nn.Module, who: str) -> ProbabilisticModel:
     return model
 
 
-class FedCiRClient(ClientModule):
-    """CE on z = μ + σε, + λ_reg · CE of the local head on generator samples, + λ_align · KL to q(z|y)."""
+class FedCiRClient(TermsClient):
+    """CE on z = μ + σε, + λ_align · KL to q(z|y), + λ_reg · CE of the local head on generator samples; each term's
+    size, loss share and gradient share reported per fit (`flsuite.methods.fedcir_terms`)."""
 
     def begin(self) -> None:
         b, m = self.task.broadcast, self.method
@@ -183,23 +187,27 @@ class FedCiRClient(ClientModule):
         if "mu_g" in b:
             require_encoder(self.model, "FedCiR's L_align")
             self._q = (b["mu_g"].to(self.device), b["sigma_g"].to(self.device).clamp_min(SIGMA_G_MIN))
+        # added align first, then reg: the operations (and bits) of earlier releases
+        self.weights = {**({"align": m.lam_align} if self._q is not None else {}), **({"reg": m.lam_reg} if self._frozen else {})}
+        self.reports = m.lam_reg > 0 or m.lam_align > 0  # both 0: FedAvg exactly, nothing reported
+        self.start_terms()
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        m = self.method
+    def terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The unweighted terms on a batch: "ce" always, "align" and "reg" where on (their draws in this order)."""
         if self._q is None:
-            loss = F.cross_entropy(self.model(x), y)
+            out = {"ce": F.cross_entropy(self.model(x), y)}
         else:
             model = require_encoder(self.model, "FedCiR's L_align")
             mu, sigma = model.encode(x)
-            loss = F.cross_entropy(model.head(model.sample(mu, sigma)), y)
-            loss = loss + m.lam_align * gaussian_kl(mu, sigma, self._q[0][y], self._q[1][y]).mean()
+            out = {"ce": F.cross_entropy(model.head(model.sample(mu, sigma)), y)}
+            out["align"] = reduce_kl(gaussian_kl(mu, sigma, self._q[0][y], self._q[1][y]), self.method.kl_reduction)
         if self._frozen:
             head = check_contract(self.model).head
             y_gen = torch.randint(head.out_features, (len(y),), device=y.device)
             with torch.no_grad():
-                z_gen = self._frozen["gen"](y_gen, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))
-            loss = loss + m.lam_reg * F.cross_entropy(head(z_gen), y_gen)
-        return loss
+                z_gen = self._frozen["gen"](y_gen, draw_noise(len(y), self.method.noise_dim, self.method.noise, device=y.device))
+            out["reg"] = F.cross_entropy(head(z_gen), y_gen)
+        return out
 
 
 class FedCiR(GeneratorMethod, FedAvg):
@@ -207,13 +215,17 @@ class FedCiR(GeneratorMethod, FedAvg):
 
     Args:
         lam_reg: λ_reg (the paper sweeps [0.1, 1.0]; its default is not in the text → 0.5).
-        lam_align: λ_align (5e-6, the paper's fixed value; the KL is summed over d and averaged over the batch).
+        lam_align: λ_align (5e-6, the paper's fixed value).
+        kl_reduction: L_align over the batch: "batch_mean" (default; Eq. 14's expectation, spec §7.1) or "batch_sum"
+            (B × batch_mean, the scale the paper's λ_align implies; `fedcir_terms.reduce_kl`, docs/fedcir.md).
         generator_steps: E_g, generator steps per round (5).
         generator_batch: Generator batch size B (32).
         noise_dim: Generator noise dimension (32).
         hidden: Generator hidden width (256).
         generator_lr: Adam learning rate of the generator (1e-3).
-        ensemble: "logits" (α-weighted logits, default) or "mixture" (log of the α-weighted probabilities).
+        ensemble: The generator's target: "logits" (CE of the α-weighted logits: the text's "cross-entropy between the
+            ensemble predictions and the labels", spec §7.3; default), "mixture" (−log of the α-weighted
+            probabilities) or "per_client" (Σ_k α_k CE_k). With linear heads "logits" is the aggregated head's CE.
         mle_samples: N_s, generator draws per class for μ_g, σ_g (1000).
         weighting: FedAvg's weights ("samples" or "uniform"); also the ensemble's α_k.
     """
@@ -229,20 +241,23 @@ class FedCiR(GeneratorMethod, FedAvg):
         noise_dim: int = 32,
         hidden: int = 256,
         generator_lr: float = 1e-3,
-        ensemble: Literal["logits", "mixture"] = "logits",
+        ensemble: Ensemble = "logits",
         mle_samples: int = 1000,
         weighting: Literal["samples", "uniform"] = "samples",
+        kl_reduction: KLReduction = "batch_mean",
     ) -> None:
         super().__init__(weighting=weighting)
         if lam_reg < 0 or lam_align < 0:
             raise ValueError(f"FedCiR needs lam_reg >= 0 and lam_align >= 0, got {lam_reg} and {lam_align}")
         if min(generator_steps, generator_batch, noise_dim, hidden, mle_samples) < 1 or generator_lr <= 0:
             raise ValueError("FedCiR: generator_steps, generator_batch, noise_dim, hidden, mle_samples must be >= 1 and generator_lr > 0")
-        if ensemble not in ("logits", "mixture"):
-            raise ValueError(f"FedCiR ensemble must be 'logits' or 'mixture', got {ensemble!r}")
+        if ensemble not in ("logits", "mixture", "per_client"):
+            raise ValueError(f"FedCiR ensemble must be 'logits', 'mixture' or 'per_client', got {ensemble!r}")
+        if kl_reduction not in KL_REDUCTIONS:
+            raise ValueError(f"FedCiR kl_reduction must be 'batch_mean' or 'batch_sum', got {kl_reduction!r}")
         self.lam_reg, self.lam_align = lam_reg, lam_align
         self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = generator_steps, generator_batch, noise_dim, hidden
-        self.generator_lr, self.ensemble, self.mle_samples = generator_lr, ensemble, mle_samples
+        self.generator_lr, self.ensemble, self.mle_samples, self.kl_reduction = generator_lr, ensemble, mle_samples, kl_reduction
         self.noise, self.diversity = "normal", 0.0
 
     def setup(self, model: nn.Module, num_clients: int) -> None:

@@ -4,12 +4,14 @@ the closed-form Gaussian KL that FedCiR's L_align and FedSR's conditional-MI ter
 Generator (FedCiR spec §1.4, [OURS] sizes): z = G(y, ε) = W₂ ReLU(BN(W₁ [ε, onehot(y)] + b₁)) + b₂, ε ∈ R^{noise_dim}.
 Server loss over a batch of (ε_i, y_i), y_i uniform over the allowed classes, with a_{k,i} = A[k, y_i] the ensemble
 coefficient of client k (A: [K, C]) and h_k(z) = W_k z + b_k client k's uploaded linear head:
-    "logits"    (FedCiR default)   CE(Σ_k a_{k,i} h_k(z_i), y_i)
-    "mixture"   (FedCiR option)    −log Σ_k a_{k,i} softmax(h_k(z_i))_{y_i}
-    "per_label" (FedGen)           Σ_k a_{k,i} CE(h_k(z_i), y_i)
+    "logits"     (FedCiR default)          CE(Σ_k a_{k,i} h_k(z_i), y_i)
+    "mixture"    (FedCiR option)           −log Σ_k a_{k,i} softmax(h_k(z_i))_{y_i}
+    "per_client" (FedGen; FedCiR option)   Σ_k a_{k,i} CE(h_k(z_i), y_i)   (each client's loss, weighted)
 plus η · exp(−mean_{i,j} ‖ε_i − ε_j‖²/q · ‖z_i − z_j‖₁/d) (FedGen's diversity loss; η = 0 in FedCiR).
 Every client head of the round enters through A (a public FedGen variant collapses the ensemble to the global head;
-`tests/methods/test_fedcir.py` checks that perturbing one uploaded head changes the generator's update).
+`tests/methods/test_fedcir.py` checks that perturbing one uploaded head changes the generator's update). With the
+same a_k for every label (FedCiR's α_k) "logits" equals the CE of the α-averaged head, Σ_k α_k (W_k z + b_k) = W̄ z + b̄
+(an identity of linear heads); "mixture" and "per_client" do not (`tests/methods/test_fedcir_terms.py`).
 Training is E_g Adam steps per round as a server-side Lightning fit (`ServerContext.fit`); the generator and its Adam
 moments are kept across rounds in the server state. Its noise and labels come from the derived server stream.
 """
@@ -31,7 +33,7 @@ from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import clone_weights
 from flsuite.models.representation import check_contract
 
-Ensemble = Literal["logits", "mixture", "per_label"]
+Ensemble = Literal["logits", "mixture", "per_client"]
 Noise = Literal["normal", "uniform"]
 
 
@@ -86,10 +88,10 @@ def ensemble_loss(z: torch.Tensor, y: torch.Tensor, heads: Sequence[tuple[torch.
     if mode == "mixture":
         logp = torch.logsumexp(torch.log(a.clamp_min(1e-30)) + F.log_softmax(logits, -1).gather(-1, y.expand(len(heads), -1)[..., None])[..., 0], 0)
         return -logp.mean()
-    if mode == "per_label":
+    if mode == "per_client":
         ce = torch.stack([F.cross_entropy(client_logits, y, reduction="none") for client_logits in logits])  # [K, B]
         return (a * ce).sum(0).mean()
-    raise ValueError(f"unknown generator ensemble {mode!r} (logits, mixture or per_label)")
+    raise ValueError(f"unknown generator ensemble {mode!r} (logits, mixture or per_client)")
 
 
 def diversity_loss(eps: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -112,17 +114,20 @@ class GeneratorFit(L.LightningModule):
         diversity: float,
         lr: float,
         optimizer_state: dict | None,
+        weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.generator, self.mode, self.diversity, self.lr = generator, mode, diversity, lr
+        self.generator, self.mode, self.diversity, self.lr, self.weight_decay = generator, mode, diversity, lr, weight_decay
         self._heads, self._coef, self._opt_state = list(heads), coef, optimizer_state
         self.losses: list[float] = []
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        opt = torch.optim.Adam(self.generator.parameters(), lr=self.lr)
+        opt = torch.optim.Adam(self.generator.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         if self._opt_state:
-            opt.load_state_dict(self._opt_state)
+            opt.load_state_dict(self._opt_state)  # the moments; the round's rate and decay are set again below
+            for group in opt.param_groups:
+                group.update(lr=self.lr, weight_decay=self.weight_decay)
         self.optimizer = opt
         return opt
 
@@ -163,7 +168,8 @@ class GeneratorMethod(Method):
     after FedAvg aggregation (`server_update`), its checkpointed state.
 
     Subclasses set `noise_dim`, `hidden`, `generator_steps`, `generator_batch`, `generator_lr`, `ensemble`,
-    `diversity`, `noise` and implement `active()` (False: no generator at all, exactly FedAvg) and
+    `diversity`, `noise` (and optionally `generator_weight_decay`, Adam's L2 term, and `generator_lr_decay` γ_g:
+    round t trains at generator_lr · γ_g^(t−1), the official FedGen's ExponentialLR stepped once per round) and implement `active()` (False: no generator at all, exactly FedAvg) and
     `ensemble_coefficients(results) -> [K, C]`."""
 
     noise_dim: int
@@ -174,6 +180,8 @@ class GeneratorMethod(Method):
     ensemble: Ensemble
     noise: Noise = "normal"
     diversity: float = 0.0
+    generator_weight_decay: float = 0.0
+    generator_lr_decay: float = 1.0
 
     def setup(self, model: nn.Module, num_clients: int) -> None:
         super().setup(model, num_clients)
@@ -207,9 +215,9 @@ class GeneratorMethod(Method):
         labels = self.generator_labels(ctx.results)
         y = labels[torch.randint(len(labels), (n,), generator=rng)]
         eps = draw_noise(n, self.noise_dim, self.noise, generator=rng)
-        fit = GeneratorFit(
-            gen.train(), heads, self.ensemble_coefficients(ctx.results), self.ensemble, self.diversity, self.generator_lr, state.get("optimizer")
-        )
+        lr = self.generator_lr * self.generator_lr_decay ** (ctx.round - 1)
+        coef = self.ensemble_coefficients(ctx.results)
+        fit = GeneratorFit(gen.train(), heads, coef, self.ensemble, self.diversity, lr, state.get("optimizer"), self.generator_weight_decay)
         batches = EpochBatches(Split(eps, y), self.generator_batch, ctx.generator("generator/order"), epochs=1)
         ctx.fit(fit, batches, purpose="generator")
         opt_state = _cpu(fit.optimizer.state_dict())

@@ -212,7 +212,7 @@ def test_fedgen_client_loss_matches_hand_computation():
     expected = F.cross_entropy(model(x), y) + 2.0 * 0.81 * F.cross_entropy(model.head(z_gen), y_gen) + 3.0 * 0.81 * latent
     assert torch.allclose(loss, expected, rtol=1e-5)
     assert decayed(10.0, 0.98, 1) == 10.0 and decayed(1.0, 0.5, 100) == 1e-4 and decayed(0.0, 0.98, 5) == 0.0
-    assert torch.equal(client.upload()["label_counts"], torch.tensor([3, 1, 1]))
+    assert torch.equal(client.upload()["label_counts"], torch.tensor([4, 2, 2]))  # count_start 1 + the batch's labels
 
 
 def test_fedgen_per_label_weights_and_every_head_counts():
@@ -244,14 +244,73 @@ def test_fedgen_per_label_weights_and_every_head_counts():
 
 
 def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
-    """Counts = epochs × the client's label histogram; bytes_up adds them, bytes_down adds G from round 2."""
+    """Counts = 1 + epochs × the client's label histogram; bytes_up adds them, bytes_down adds G from round 2."""
     executor = Recording()
     head_federation(tmp_path, rounds=2, method=FedGen(), executor=executor).fit()
     fed = head_federation(tmp_path / "unused")
     data = fed.data.build(fed.seed)
     for r in executor.results:
-        assert torch.equal(r.upload["label_counts"], 2 * torch.bincount(data.clients[r.client_id].train.y, minlength=3))
+        assert torch.equal(r.upload["label_counts"], 1 + 2 * torch.bincount(data.clients[r.client_id].train.y, minlength=3))
     r1, r2 = metrics(tmp_path)
     state = load_checkpoint(tmp_path).server_state
     assert r2["bytes_down"] - r1["bytes_down"] == 4 * num_bytes(state["generator"])
     assert r1["bytes_up"] == r2["bytes_up"] == sum(num_bytes(r.weights) + 3 * 8 for r in executor.results[:4])
+
+
+def _zero_head_context(round: int, counts: list[torch.Tensor]) -> ServerContext:
+    results = [ClientResult(k, int(c.sum()), {"1.weight": torch.zeros(3, 8), "1.bias": torch.zeros(3)}, {"label_counts": c}) for k, c in enumerate(counts)]
+    return ServerContext(round, seed=5, results=results, num_clients=len(counts), build_model=lambda: Linear().build((8,), 3))
+
+
+def test_fedgen_generator_weight_decay_and_rate_decay_as_the_official_optimizer():
+    """With zero heads (no CE gradient) and no diversity loss only Adam's weight decay moves G: each weight steps by
+    lr_t · sign(w) per step (Adam's first steps on g = wd · w), lr_t = 3e-4 · 0.98^(t−1); without weight decay G
+    stays put. The saved optimiser state carries the round's rate, not round 1's."""
+    method = FedGen(diversity=0.0, generator_steps=1, noise_dim=4, hidden=16)
+    method.setup(Linear().build((8,), 3), 2)
+    counts = [torch.tensor([3, 2, 1]), torch.tensor([1, 4, 2])]
+    first, _ = method.train_generator(_zero_head_context(1, counts), {})
+    assert first["optimizer"]["param_groups"][0]["lr"] == 3e-4 and first["optimizer"]["param_groups"][0]["weight_decay"] == 1e-2
+    third, _ = method.train_generator(_zero_head_context(3, counts), first)
+    lr3 = 3e-4 * 0.98**2
+    assert third["optimizer"]["param_groups"][0]["lr"] == pytest.approx(lr3, rel=1e-12)
+    w_before, w_after = first["generator"]["net.0.weight"], third["generator"]["net.0.weight"]
+    # Adam's second step on g = wd·w (w moved by 3e-4 only): m̂/sqrt(v̂) = sign(w) up to ~1e-2 relative, away from 0
+    away = w_before.abs() > 1e-2
+    assert away.sum() > 90 and torch.allclose(w_after[away], (w_before - lr3 * torch.sign(w_before))[away], rtol=0, atol=lr3 * 1e-2)
+    still = FedGen(diversity=0.0, generator_steps=1, noise_dim=4, hidden=16, generator_weight_decay=0.0)
+    still.setup(Linear().build((8,), 3), 2)
+    a, _ = still.train_generator(_zero_head_context(1, counts), {})
+    b, _ = still.train_generator(_zero_head_context(2, counts), a)
+    assert torch.equal(a["generator"]["net.0.weight"], b["generator"]["net.0.weight"])
+
+
+def test_fedgen_counts_start_at_one_and_the_server_draws_only_counted_labels():
+    """The official label_counts start at 1 for every label; labels whose largest count is still that start were never
+    seen and are not drawn (MIN_SAMPLES_PER_LABEL); with count_start 0 'seen' means a count > 0."""
+    official, plain = FedGen(), FedGen(count_start=0)
+    for m in (official, plain):
+        m.setup(Linear().build((8,), 3), 2)
+    ones = [torch.tensor([4, 1, 1]), torch.tensor([1, 3, 1])]
+    assert official.generator_labels(_zero_head_context(1, ones).results).tolist() == [0, 1]
+    zeros = [c - 1 for c in ones]
+    assert plain.generator_labels(_zero_head_context(1, zeros).results).tolist() == [0, 1]
+    assert torch.allclose(official.ensemble_coefficients(_zero_head_context(1, ones).results), torch.tensor([[0.8, 0.25, 0.5], [0.2, 0.75, 0.5]]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"generator_lr_decay": 0.0}, "generator_lr_decay"), ({"generator_weight_decay": -1.0}, "generator_weight_decay"), ({"count_start": -1}, "count_start")],
+)
+def test_fedgen_refuses_bad_official_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FedGen(**kwargs)
+
+
+def test_local_lr_decay_is_exponential_per_round_and_off_by_default():
+    """lr_t = lr · d^(t−1) · γ^(milestones ≤ t); d = 1 returns lr itself (the old schedule's bits)."""
+    local = LocalTraining(lr=0.01, lr_decay=0.99, lr_milestones=[3], lr_gamma=0.5)
+    assert [local.lr_at(t) for t in (1, 2, 3)] == pytest.approx([0.01, 0.0099, 0.01 * 0.99**2 * 0.5], rel=1e-12)
+    assert LocalTraining(lr=0.03).lr_at(7) == 0.03
+    with pytest.raises(ValueError, match="local.lr_decay"):
+        LocalTraining(lr_decay=1.5)
