@@ -83,7 +83,7 @@ def test_ci_installs_into_a_fresh_venv_with_a_time_limit():
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"python -m venv ", ci) and "timeout" in ci
     readme = (ROOT / "README.md").read_text()
-    test_command = 'python -m pip install -e ".[dev]" && python -m pytest -q'
+    test_command = 'python -m pip install -e ".[dev]" && python -m pytest -q -n auto'
     assert test_command in readme and test_command in ci
 
 

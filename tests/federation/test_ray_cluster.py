@@ -21,6 +21,8 @@ from flsuite.methods.fedavg import FedAvg
 from tests.helpers import write_config
 
 ray = pytest.importorskip("ray")
+#: One xdist worker runs every Ray test in the suite: a plain ray.init() joins a cluster another test started.
+pytestmark = pytest.mark.xdist_group("ray")
 ROOT = Path(__file__).resolve().parents[2]
 #: `ray start --head` turns on Ray's token authentication by default (Ray 2.5x): the test cluster on 127.0.0.1 opts
 #: out, for its nodes and drivers alike (docs/scale-out.md shows the token setup for a real cluster).
