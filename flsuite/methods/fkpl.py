@@ -2,10 +2,13 @@
 Knowledge-Preserving Perspective"), a protocol of three phases (spec ../shared/methods/fkpl.md; the paper text has no
 equations, so the formulas below are the spec's reconstruction, each with its spec row):
 
-Stage 0 (§1.2, `fkpl_cluster`): client m uploads U_m, the top-p left singular vectors of X_m (p = 10, whole client;
-    per-class PACFL variant by flag); the server sets A_ij = θ1(U_i, U_j) = arccos σ_max(U_iᵀU_j) in degrees (the
-    PACFL entrywise min arccos by flag) and clusters with average-linkage agglomerative clustering at a threshold in
-    degrees (scikit-learn). V = number of clusters. Logs fkpl_angles.png, fkpl_clusters.json, purity, a threshold scan.
+Stage 0 (§1.2, `fkpl_subspace`, `fkpl_cluster`): client m uploads U_m, the top-p left singular vectors of X_m
+    (p = 10, whole client; per class by flag, the budget split equally or by the official count rule); the server
+    sets A_ij = θ1(U_i, U_j) = arccos σ_max(U_iᵀU_j) in degrees (the PACFL entrywise min arccos by flag) and
+    clusters with average-linkage agglomerative clustering at a threshold in degrees (scikit-learn; the official
+    code's pairwise-mean rule by flag). V = number of clusters. Stage 0 may see its own inputs (resized, augmented,
+    ImageNet-normalised: the official code's); configs/fkpl/stage0_official.yaml sets the official Stage 0 whole.
+    Logs fkpl_angles.png, fkpl_clusters.json, purity, a threshold scan.
 Stage I (§1.3): per cluster v, FedAvg over its members, every member every round, w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m;
     a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every expert starts from one
     `model_init` draw (`expert_init: shared`, as the official code: each cluster's model starts from one client's
@@ -29,6 +32,7 @@ from typing import Literal
 
 from flsuite.federation.phases import Phase
 from flsuite.methods.fedavg import FedAvg
+from flsuite.methods.fkpl_subspace import SubspaceBasis
 
 
 class FKPL(FedAvg):
@@ -39,6 +43,15 @@ class FKPL(FedAvg):
         basis: Basis vectors per client p (paper: 10).
         per_class: PACFL's per-class SVD (the budget split over the client's classes) instead of one whole-client SVD.
         angle: "exact" principal angle θ1, or "pacfl" (PACFL code's minimum entrywise arccos).
+        class_budget: With `per_class`: "floor" (⌊p/|K_m|⌋ ≥ 1 vectors per class) or "counts" (the official code's
+            count-proportional split of p, `fkpl_subspace.class_budget`).
+        linkage: "average" (scikit-learn, UPGMA, merge below the threshold) or "weighted" (the official code's
+            agglomeration: pairwise-mean rows, merge at or below the threshold).
+        stage0_size: Resize Stage 0's inputs to this side (the official code: 32); null = as the data holds them.
+        stage0_augment: Stage 0 sees each sample once through the official training augmentation (zero padding 4,
+            random crop, horizontal flip), drawn from the query's derived seed.
+        stage0_normalize: ImageNet mean/std normalisation of Stage 0's inputs (the official transform's); the
+            training inputs are untouched.
         assignment: "subspace" (Stage 0 as in the paper), "single" (one cluster: the FedAvg-encoder control of Table 6)
             or "domains" (the true domains, an oracle).
         expert_rounds: Stage I rounds per expert; null = the federation's `rounds`.
@@ -73,6 +86,11 @@ class FKPL(FedAvg):
         basis: int = 10,
         per_class: bool = False,
         angle: Literal["exact", "pacfl"] = "exact",
+        class_budget: Literal["floor", "counts"] = "floor",
+        linkage: Literal["average", "weighted"] = "average",
+        stage0_size: int | None = None,
+        stage0_augment: bool = False,
+        stage0_normalize: bool = False,
         assignment: Literal["subspace", "single", "domains"] = "subspace",
         expert_rounds: int | None = None,
         head: Literal["server", "federated"] = "server",
@@ -97,6 +115,9 @@ class FKPL(FedAvg):
             "threshold must be >= 0": threshold >= 0,
             "basis must be >= 1": basis >= 1,
             "angle must be 'exact' or 'pacfl'": angle in ("exact", "pacfl"),
+            "class_budget must be 'floor' or 'counts'": class_budget in ("floor", "counts"),
+            "linkage must be 'average' or 'weighted'": linkage in ("average", "weighted"),
+            "stage0_size must be >= 1 or null": stage0_size is None or stage0_size >= 1,
             "assignment must be 'subspace', 'single' or 'domains'": assignment in ("subspace", "single", "domains"),
             "head must be 'server' or 'federated'": head in ("server", "federated"),
             f"need 0 <= a <= b <= 1, got a = {a}, b = {b}": 0.0 <= a <= b <= 1.0,
@@ -112,10 +133,16 @@ class FKPL(FedAvg):
         if bad:
             raise ValueError(f"FKPL: {'; '.join(bad)}")
         self.threshold, self.basis, self.per_class, self.angle, self.assignment = threshold, basis, per_class, angle, assignment
+        self.class_budget, self.linkage = class_budget, linkage
+        self.stage0_size, self.stage0_augment, self.stage0_normalize = stage0_size, stage0_augment, stage0_normalize
         self.expert_rounds, self.head, self.head_epochs, self.head_lr = expert_rounds, head, head_epochs, head_lr
         self.head_momentum, self.head_batch_size, self.head_rounds = head_momentum, head_batch_size, head_rounds
         self.a, self.b, self.lam_on, self.lam_decimals, self.partner = a, b, lam_on, lam_decimals, partner
         self.virtual_per_sample, self.expert_init, self.personalized_heads = virtual_per_sample, expert_init, personalized_heads
+
+    def subspace_query(self) -> SubspaceBasis:
+        """Stage 0's client query as configured (the run, experiments/fkpl_stage0.py and the config tests use it)."""
+        return SubspaceBasis(self.basis, self.per_class, self.class_budget, self.stage0_size, self.stage0_augment, self.stage0_normalize)
 
     def protocol(self) -> list[Phase]:
         from flsuite.methods.fkpl_calibrate import Calibrate

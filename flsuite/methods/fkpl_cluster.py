@@ -1,16 +1,17 @@
-"""FKPL Stage 0: one-shot subspace-based client clustering (spec §1.2, following PACFL).
+"""FKPL Stage 0, server side (spec §1.2, following PACFL): principal angles between the clients' uploaded bases
+U_m (client side: `flsuite.methods.fkpl_subspace`) and the clustering that fixes V.
 
-Client m uploads U_m ∈ R^{d_x × p}: the p leading left singular vectors of its data matrix X_m (one column per
-training sample, inputs flattened as the federation sees them). The server computes the minimum principal angle
-between every pair,
     exact (default):   θ1(U_i, U_j) = arccos(clip(σ_max(U_iᵀ U_j), −1, 1)) · 180/π
-    "pacfl" (flag):    θ1(U_i, U_j) = min_{a,b} arccos(clip((U_iᵀ U_j)_ab, −1, 1)) · 180/π   (PACFL's code: entrywise, no |·|)
-and clusters the clients with scikit-learn's average-linkage `AgglomerativeClustering` on the precomputed angle matrix
-at a distance threshold in degrees (the threshold fixes V). Only U_m leaves a client (d_x·p scalars, Table 9).
-
-Per-class variant (PACFL, `per_class: true`): the budget p is split over the client's classes (⌊p/|K_m|⌋ ≥ 1 each)
-and the per-class bases are stacked; the exact θ1 orthonormalises the stacked basis first (QR: the same span), the
-PACFL variant uses it as uploaded, as PACFL does.
+    "pacfl" (flag):    θ1(U_i, U_j) = min_{a,b} arccos(clip((U_iᵀ U_j)_ab, −1, 1)) · 180/π   (PACFL's code: entrywise, no |·|;
+                       lqh7606/FKPL hierarchical_clustering.py `calculating_adjacency`, lines 51-58)
+The exact θ1 orthonormalises a stacked per-class basis first (QR: the same span); the PACFL variant uses it as
+uploaded, as PACFL does. Clustering on the angle matrix at a threshold in degrees:
+    "average" (default): scikit-learn's `AgglomerativeClustering`, average linkage (UPGMA: the mean over all member
+                       pairs), merging while the closest pair is < threshold;
+    "weighted":        the official code's `hierarchical_clustering(linkage='average')` (lines 66-182): merge the first
+                       closest pair in row-major order while it is ≤ threshold, the merged row the mean of the two rows
+                       (WPGMA: each side weighs ½ whatever its size).
+Only U_m leaves a client (d_x·p scalars, Table 9).
 """
 
 from __future__ import annotations
@@ -18,46 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 from sklearn.cluster import AgglomerativeClustering
 
-from flsuite.federation.query import ClientQuery, QueryTask
-
 Angle = Literal["exact", "pacfl"]
-
-
-def subspace_basis(x: torch.Tensor, p: int) -> torch.Tensor:
-    """The p leading left singular vectors of X = xᵀ ([d_x, n], one column per sample), float32 [d_x, min(p, rank)].
-
-    Signs are made deterministic (largest-magnitude entry of each vector positive) so that the PACFL variant, which
-    is sign-sensitive, does not depend on the LAPACK build."""
-    mat = x.reshape(len(x), -1).to(torch.float64).T
-    u, s, _ = torch.linalg.svd(mat, full_matrices=False)
-    k = min(p, int((s > s.max() * 1e-12).sum()) if len(s) else 0) or 1
-    u = u[:, :k]
-    idx = u.abs().argmax(dim=0)
-    signs = torch.sign(u[idx, torch.arange(k)])
-    return (u * torch.where(signs == 0, torch.ones_like(signs), signs)).float()
-
-
-class SubspaceBasis(ClientQuery):
-    """Client side of Stage 0: upload the truncated-SVD basis of the client's training inputs (only U_m)."""
-
-    name = "fkpl/subspace"
-
-    def __init__(self, p: int = 10, per_class: bool = False) -> None:
-        self.p, self.per_class = p, per_class
-
-    def compute(self, client, task: QueryTask, model) -> dict[str, Any]:
-        x, y = client.train.x, client.train.y
-        if not self.per_class:
-            return {"basis": subspace_basis(x, self.p)}
-        classes = torch.unique(y)
-        per = max(1, self.p // len(classes))
-        return {"basis": torch.cat([subspace_basis(x[y == k], per) for k in classes], dim=1)}
+Linkage = Literal["average", "weighted"]
 
 
 def principal_angle(u: torch.Tensor, v: torch.Tensor, angle: Angle = "exact") -> float:
@@ -82,15 +51,38 @@ def angle_matrix(bases: Sequence[torch.Tensor], angle: Angle = "exact") -> np.nd
     return out
 
 
-def cluster(angles: np.ndarray, threshold: float) -> list[int]:
-    """Cluster labels from average-linkage agglomerative clustering at `threshold` degrees (scikit-learn: pairs whose
-    linkage distance is below the threshold merge), relabelled in order of first appearance (client 0 is in 0)."""
+def cluster(angles: np.ndarray, threshold: float, linkage: Linkage = "average") -> list[int]:
+    """Cluster labels at `threshold` degrees (see the module docstring for the two linkages), relabelled in order of
+    first appearance (client 0 is in 0)."""
     m = len(angles)
     if m == 1:
         return [0]
-    raw = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average", distance_threshold=threshold).fit_predict(angles)
+    if linkage == "weighted":
+        raw = weighted_linkage(angles, threshold)
+    elif linkage == "average":
+        raw = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average", distance_threshold=threshold).fit_predict(angles)
+    else:
+        raise ValueError(f"linkage must be 'average' or 'weighted', got {linkage!r}")
     order: dict[int, int] = {}
     return [order.setdefault(int(c), len(order)) for c in raw]
+
+
+def weighted_linkage(angles: np.ndarray, threshold: float) -> list[int]:
+    """The official code's agglomeration (module docstring): a cluster index per client."""
+    a = np.array(angles, dtype=np.float64)
+    a = (a + a.T) / 2.0
+    groups = [[k] for k in range(len(a))]
+    while len(groups) > 1:
+        d = a.copy()
+        np.fill_diagonal(d, np.inf)
+        i, j = np.unravel_index(int(np.argmin(d)), d.shape)  # the first minimum in row-major order, so i < j
+        if d[i, j] > threshold:
+            break
+        a[:, i] = a[i, :] = (a[:, i] + a[:, j]) / 2.0
+        a = np.delete(np.delete(a, j, axis=0), j, axis=1)
+        groups[i] += groups.pop(j)
+    label = {k: v for v, group in enumerate(groups) for k in group}
+    return [label[k] for k in range(len(angles))]
 
 
 def members(labels: Sequence[int]) -> list[list[int]]:
@@ -107,11 +99,11 @@ def purity(labels: Sequence[int], domains: Sequence[str]) -> float:
     return total / len(labels)
 
 
-def threshold_scan(angles: np.ndarray, domains: Sequence[str], thresholds: Sequence[float]) -> list[dict[str, float]]:
+def threshold_scan(angles: np.ndarray, domains: Sequence[str], thresholds: Sequence[float], linkage: Linkage = "average") -> list[dict[str, float]]:
     """Threshold → number of clusters V → purity, for the clustering study (cheap: the angles are already known)."""
     rows = []
     for t in thresholds:
-        labels = cluster(angles, float(t))
+        labels = cluster(angles, float(t), linkage)
         rows.append({"threshold": float(t), "num_clusters": max(labels) + 1, "purity": purity(labels, domains)})
     return rows
 

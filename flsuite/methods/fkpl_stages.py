@@ -18,7 +18,7 @@ import torch
 from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.query import QueryOutcome
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
+from flsuite.methods.fkpl_cluster import angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
 from flsuite.methods.fkpl_model import SeededInit
 from flsuite.seeding import derive_seed
 
@@ -66,10 +66,10 @@ class ClusterClients(FKPLPhase):
                 bases = [outcome.uploads()[k]["basis"] for k in range(m)]
                 return {"angles": torch.tensor(angle_matrix(bases, f.angle)), "scalars": scalars(bases)}
 
-            answer = ctx.query_once(self.name, "bases", SubspaceBasis(f.basis, f.per_class), reduce)
+            answer = ctx.query_once(self.name, "bases", f.subspace_query(), reduce)
             angles, up, up_scalars, t_pre = answer["value"]["angles"].numpy(), answer["bytes_up"], answer["value"]["scalars"], answer["seconds"]
             t0 = time.perf_counter()
-            labels = cluster(angles, f.threshold)
+            labels = cluster(angles, f.threshold, f.linkage)
         elif f.assignment == "domains":
             order: dict[str, int] = {}
             labels = [order.setdefault(d, len(order)) for d in domains]
@@ -79,7 +79,7 @@ class ClusterClients(FKPLPhase):
         result: dict[str, Any] = {"labels": labels, "clusters": members(labels), "purity": purity(labels, domains), "domains": domains}
         if angles is not None:
             result["angles"] = torch.tensor(angles)
-            result["scan"] = threshold_scan(angles, domains, default_scan(angles, f.threshold))
+            result["scan"] = threshold_scan(angles, domains, default_scan(angles, f.threshold), f.linkage)
             plot_angles(angles, domains, labels, ctx.artifact("fkpl_angles.png"))
         ctx.publish(self.name, result)
         ctx.artifact("fkpl_clusters.json").write_text(

@@ -19,8 +19,9 @@ from flsuite.federation.query import QueryTask
 from flsuite.interrupts import RunInterrupted
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, principal_angle, purity, subspace_basis, threshold_scan
+from flsuite.methods.fkpl_cluster import angle_matrix, cluster, principal_angle, purity, threshold_scan
 from flsuite.methods.fkpl_model import ConcatExperts, encode, encoder_weights, head_keys
+from flsuite.methods.fkpl_subspace import SubspaceBasis, subspace_basis
 from flsuite.models.heads import MLP
 from tests.helpers import head_federation
 

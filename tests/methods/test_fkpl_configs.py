@@ -1,8 +1,9 @@
-"""The shipped FKPL pixel config runs FKPL: its Stage 0 on the shipped images gives the domains' clusters, not one.
+"""Every shipped FKPL config runs FKPL: its Stage 0 on the shipped data gives more than one cluster and fewer than one
+per client (V = 1 is the single-encoder control, V = M local training), and the pixel configs give the domains.
 
-Computed as `flsuite fit` would (the config parsed and its data built), on ../shared/data (skipped when absent).
-The PACS and DomainNet pixel configs take minutes or data this machine lacks: docs/results/fkpl_stage0.md, from
-`python experiments/fkpl_stage0.py configs/fkpl/*.yaml`.
+Computed as `flsuite fit` would (the config parsed, its data built, the run's derived seeds), on ../shared/data
+(a config whose data is absent is skipped: DomainNet-4 here). Full table: docs/results/fkpl_stage0.md, from
+`python experiments/fkpl_stage0.py`.
 """
 
 from __future__ import annotations
@@ -10,24 +11,70 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flsuite.cli import federation_from_configs
-from flsuite.methods.fkpl_cluster import SubspaceBasis, angle_matrix, cluster, purity
+from flsuite.methods.fkpl import FKPL
+from flsuite.methods.fkpl_cluster import angle_matrix, cluster, purity
+from flsuite.methods.fkpl_subspace import SubspaceBasis, client_bases
+from flsuite.paths import data_path
 
 REPO = Path(__file__).resolve().parents[2]
-OFFICE = REPO.parent / "shared" / "data" / "office_caltech_10"
+FKPL_CONFIGS = REPO / "configs" / "fkpl"
+OFFICIAL = FKPL_CONFIGS / "stage0_official.yaml"
+#: The pixel configs' Stage 0 on the shipped images: (V, purity) at their threshold; the paper's threshold.
+PIXELS = {"office_caltech10_resnet10.yaml": ((4, 1.0), 5.3), "pacs_resnet18.yaml": ((4, 1.0), 4.2)}
 
 
-@pytest.mark.skipif(not OFFICE.is_dir(), reason=f"shared data not present: {OFFICE}")
-def test_the_office_pixel_config_clusters_its_clients_into_their_domains(monkeypatch):
-    monkeypatch.setenv("FLSUITE_DATA", str(REPO))  # the config's root is relative to the checkout
-    federation = federation_from_configs(REPO / "configs" / "fkpl" / "office_caltech10_resnet10.yaml")
-    fed, _ = federation.build_data()
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _is_fkpl(cfg: dict) -> bool:
+    return str(cfg.get("method", {}).get("class_path", "")).endswith("fkpl.FKPL")
+
+
+#: Full configs (a data source and a method), not overlays.
+SHIPPED = sorted(p for p in FKPL_CONFIGS.rglob("*.yaml") if "class_path" in _yaml(p).get("data", {}) and _is_fkpl(_yaml(p)))
+
+
+def test_the_shipped_fkpl_configs_are_found_and_only_the_declared_control_fixes_one_cluster():
+    assert {p.name for p in SHIPPED} >= {*PIXELS, "office_caltech10_effnet.yaml", "pacs_effnet.yaml", "domainnet4_resnet18.yaml"}
+    fixed = {str(p.relative_to(FKPL_CONFIGS)): _yaml(p).get("method", {}).get("init_args", {}).get("assignment") for p in FKPL_CONFIGS.rglob("*.yaml")}
+    single = {name for name, assignment in fixed.items() if assignment == "single"}
+    assert single == {"controls/fedavg_encoder.yaml"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_fkpl_config_has_more_than_one_and_fewer_than_m_clusters(config, monkeypatch):
+    monkeypatch.setenv("FLSUITE_DATA", str(REPO))  # the configs' roots are relative to the checkout
+    federation = federation_from_configs(config)
+    root = data_path(federation.data.root)
+    if not root.is_dir():
+        pytest.skip(f"data not on this machine: {root}")
     fkpl = federation.method
-    bases = [SubspaceBasis(fkpl.basis, fkpl.per_class).compute(client, None, None)["basis"] for client in fed.clients]
+    assert isinstance(fkpl, FKPL) and fkpl.assignment == "subspace"
+    fed, _ = federation.build_data()
+    bases = client_bases(fed, fkpl.subspace_query(), federation.seed)
     domains = [client.domain for client in fed.clients]
-    assert {d: domains.count(d) for d in set(domains)} == {"caltech": 4, "amazon": 3, "webcam": 2, "dslr": 1}  # the official layout
-    labels = cluster(angle_matrix(bases, fkpl.angle), fkpl.threshold)
-    assert (max(labels) + 1, purity(labels, domains)) == (4, 1.0)
-    # why the config takes PACFL's angle: with the exact θ1 every client falls in one cluster at its threshold
+    labels = cluster(angle_matrix(bases, fkpl.angle), fkpl.threshold, fkpl.linkage)
+    assert 1 < max(labels) + 1 < len(fed.clients), labels
+    if config.name not in PIXELS:
+        return
+    expected, paper = PIXELS[config.name]
+    assert (max(labels) + 1, purity(labels, domains)) == expected
+    # why the pixel configs take neither the exact angle nor the official Stage 0: one cluster, one per client
     assert set(cluster(angle_matrix(bases, "exact"), fkpl.threshold)) == {0}
+    official = federation_from_configs(config, OFFICIAL).method
+    on_official = cluster(angle_matrix(client_bases(fed, official.subspace_query(), federation.seed), official.angle), paper, official.linkage)
+    assert max(on_official) + 1 == len(fed.clients)
+
+
+def test_the_official_stage0_overlay_sets_exactly_the_official_options():
+    stage0 = {"basis", "per_class", "class_budget", "angle", "linkage", "stage0_size", "stage0_augment", "stage0_normalize"}
+    assert set(_yaml(OFFICIAL)["method"]["init_args"]) == stage0
+    base = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml").method
+    method = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml", OFFICIAL).method
+    assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts", size=32, augment=True, normalize=True)
+    assert (method.angle, method.linkage, method.threshold) == ("pacfl", "weighted", base.threshold)
