@@ -26,7 +26,8 @@ of summary.json, the mean over its finished seeds; a tie goes to the variant giv
 test numbers of the kept variants only, followed by each group's grid (the config keys its variants differ in, and
 every variant's validation AVG) and its choice. The test set never takes part in the choice. The runs need a
 validation split (`validation.fraction` > 0 in the base, an overlay or the flags after `--`): without one the study
-stops before running anything.
+stops before running anything. `--select_seeds 0` runs the grid on seed 0 only and chooses there; the chosen variants
+then also run on the other `--seeds`, and the test table is theirs over all seeds (the grid table: over seed 0).
 """
 
 from __future__ import annotations
@@ -160,10 +161,12 @@ def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tup
     return chosen, "\n".join([*head, *rows, ""])
 
 
-def table(name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str, select_on: str | None = None) -> str:
+def table(
+    name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str, select_on: str | None = None, select_seeds: list[int] | None = None
+) -> str:
     selection = ""
     if select_on == "val":
-        variants, selection = select(variants, seeds, runs)
+        variants, selection = select(variants, select_seeds or seeds, runs)
     text = comparison(variants, seeds, runs).markdown(name)
     return "\n".join([text, *([selection] if selection else []), "Regenerate with:", "", "```bash", command, "```", ""])
 
@@ -180,6 +183,7 @@ def main() -> None:
     ap.add_argument("--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here")
     ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
     ap.add_argument("--select_on", choices=["val"], help="per method group, keep the variant with the best validation AVG (see above)")
+    ap.add_argument("--select_seeds", type=int, nargs="+", help="with --select_on: the seeds every grid variant runs on and is chosen on (default: --seeds)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
@@ -194,7 +198,15 @@ def main() -> None:
         if run(cmd, runs / f"features-seed{seed}.log") != 0:
             sys.exit(f"feature extraction failed: see {runs / f'features-seed{seed}.log'}")
 
-    jobs = [(label, overlay, seed) for seed in args.seeds for label, overlay in variants if not (runs / slug(label) / f"seed{seed}" / "summary.json").is_file()]
+    select_seeds = args.select_seeds or args.seeds
+    if args.select_seeds and (not args.select_on or not set(args.select_seeds) <= set(args.seeds)):
+        sys.exit(f"--select_seeds {args.select_seeds} needs --select_on and must be among --seeds {args.seeds}")
+    grid_seeds = select_seeds if args.select_on else args.seeds
+
+    def pending(items: list[tuple[str, str]], seeds: list[int]) -> list[tuple[str, str, int]]:
+        return [(label, overlay, seed) for seed in seeds for label, overlay in items if not (runs / slug(label) / f"seed{seed}" / "summary.json").is_file()]
+
+    jobs = pending(variants, grid_seeds)
 
     def job(item: tuple[str, str, int]) -> tuple[str, int, int]:
         label, overlay, seed = item
@@ -207,14 +219,16 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.workers) as pool:
         failed = [r for r in pool.map(job, jobs) if r[2] != 0]
+        if args.select_on and (rest := [s for s in args.seeds if s not in grid_seeds]):  # the chosen variants on the other seeds
+            failed += [r for r in pool.map(job, pending(select(variants, grid_seeds, runs)[0], rest)) if r[2] != 0]
     command = args.command or "python experiments/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = table(args.name, variants, args.seeds, runs, command, args.select_on)
+    text = table(args.name, variants, args.seeds, runs, command, args.select_on, select_seeds)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     if args.html:
-        shown = select(variants, args.seeds, runs)[0] if args.select_on else variants
+        shown = select(variants, select_seeds, runs)[0] if args.select_on else variants
         result, png = comparison(shown, args.seeds, runs), io.BytesIO()
         result.plot(png)
         args.html.parent.mkdir(parents=True, exist_ok=True)

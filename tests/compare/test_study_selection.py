@@ -102,3 +102,36 @@ def test_variant_flags_go_to_fit_and_a_study_without_validation_stops_before_run
     with pytest.raises(SystemExit, match=r"variant\(s\) \['A'\] run with validation.fraction 0"):
         study.main()
     assert not (tmp_path / "s").exists()  # nothing ran
+
+
+def test_select_seeds_runs_the_grid_on_those_seeds_and_only_the_chosen_variants_on_the_others(tmp_path: Path, monkeypatch):
+    """--select_seeds 0: every grid variant runs on seed 0 and the choice is made there; then only the chosen variant
+    of each group runs on seeds 1 and 2, and the test table is the chosen variants' over all three seeds."""
+    study = load_study()
+    base = tmp_path / "base.yaml"
+    base.write_text("rounds: 1\nvalidation: {fraction: 0.1}\n")
+    scores = {"--method.init_args.mu=0.01": (60, 70), "--method.init_args.mu=0.1": (90, 60)}  # (test, validation)
+    ran: list[tuple[str, int]] = []
+
+    def fake_run(cmd: list[str], log: Path, parallel: int = 1) -> int:
+        if cmd[3] == "features":
+            return 0
+        seed, run_dir = int(cmd[cmd.index("--seed") + 1]), Path(cmd[cmd.index("--run_dir") + 1])
+        flag = next(a for a in cmd if a.startswith("--method.init_args.mu="))
+        ran.append((flag, seed))
+        test, val = scores[flag]
+        make_run(run_dir, test + seed, val + seed, fedprox(float(flag.split("=")[1])))
+        return 0
+
+    monkeypatch.setattr(study, "run", fake_run)
+    variants = ["--variant", "FedProx [mu 0.01]=--method.init_args.mu=0.01", "--variant", "FedProx [mu 0.1]=--method.init_args.mu=0.1"]
+    argv = ["study.py", "--name", "s", "--base", str(base), *variants, "--runs", str(tmp_path), "--workers", "1", "--out", str(tmp_path / "t.md")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--select_on", "val", "--select_seeds", "0", "--seeds", "0", "1", "2"])
+    study.main()
+    assert ran == [("--method.init_args.mu=0.01", 0), ("--method.init_args.mu=0.1", 0), ("--method.init_args.mu=0.01", 1), ("--method.init_args.mu=0.01", 2)]
+    text = (tmp_path / "t.md").read_text()
+    assert "| FedProx [mu 0.01] | 61.00 ± 0.82 |" in text  # test: 60, 61, 62 over the three seeds
+    assert "**FedProx [mu 0.01]: 70.00**; FedProx [mu 0.1]: 60.00 |" in text  # chosen on seed 0 alone
+    monkeypatch.setattr(sys, "argv", [*argv, "--select_seeds", "0"])
+    with pytest.raises(SystemExit, match="needs --select_on"):
+        study.main()

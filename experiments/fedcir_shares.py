@@ -1,0 +1,72 @@
+"""What each FedCiR loss term weighs in training (issue 24): from the runs of experiments/fedcir_tuned.sh and
+fedcir_table2.sh, per variant (mean over seeds) the client/fedcir/* metrics that the clients log each round
+(flsuite.methods.fedcir_terms): the unweighted terms (ce, reg in nats, align in nats), each weighted term's share of the
+loss (lambda*L_t / L) and its gradient norm against the cross-entropy's (||grad lambda*L_t|| / ||grad CE||, at the
+fit's starting weights), at a few rounds and averaged over rounds 2..T (round 1 runs without the terms).
+
+    python experiments/fedcir_shares.py [--runs runs/fedcir_pacs_tuned] [--out docs/results/fedcir_shares_pacs.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+PREFIX = "client/fedcir/"
+COLUMNS = ["ce", "reg", "align", "reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"]
+PERCENT = {"reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"}
+
+
+def history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def cell(values: list[float], key: str) -> str:
+    if not values:
+        return "–"
+    mean = float(np.mean(values))
+    return f"{100 * mean:.2f} %" if key in PERCENT else f"{mean:.3g}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, default=Path("runs/fedcir_pacs_tuned"))
+    ap.add_argument("--rounds", type=int, nargs="+", default=[2, 10, 25, 50])
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    lines = [
+        "# FedCiR's loss terms on PACS (CPU setting, 50 rounds): size, share of the loss, share of the gradient",
+        "",
+        "Regenerate: `python experiments/fedcir_shares.py` (after `bash experiments/fedcir_tuned.sh` and `bash experiments/fedcir_table2.sh`).",
+        "Each cell: the clients' sample-weighted mean in that round (`client/fedcir/*`), then the mean over seeds; `all` = mean over rounds 2..50.",
+        "Loss share = λ·L_t / L (mean over the fit's steps); gradient vs CE = ‖∇ λ·L_t‖ / ‖∇ CE‖ over the encoder and head,",
+        "measured once per fit on its first batch at the round's starting weights. A term that is off has no column value (–).",
+        "",
+        "| variant | round | " + " | ".join(COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
+    ]
+    for variant in sorted(p for p in args.runs.iterdir() if p.is_dir() and p.name.startswith("fedcir")):
+        runs = [h for s in sorted(variant.glob("seed*")) if (s / "summary.json").is_file() for h in [history(s)]]
+        if not runs:
+            continue
+        for rnd in [*args.rounds, "all"]:
+            row = []
+            for key in COLUMNS:
+                per_seed = []
+                for h in runs:
+                    vals = [r[PREFIX + key] for r in h if PREFIX + key in r and (rnd == "all" and r["round"] >= 2 or r["round"] == rnd)]
+                    if vals:
+                        per_seed.append(float(np.mean(vals)))
+                row.append(cell(per_seed, key))
+            lines.append(f"| {variant.name} ({len(runs)} seeds) | {rnd} | " + " | ".join(row) + " |")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
