@@ -5,6 +5,7 @@ loss (lambda*L_t / L) and its gradient norm against the cross-entropy's (||grad 
 fit's starting weights), at a few rounds and averaged over rounds 2..T (round 1 runs without the terms).
 
     python experiments/fedcir_shares.py [--runs runs/fedcir_pacs_tuned] [--out docs/results/fedcir_shares_pacs.md]
+        [--paired VARIANT OTHER...]   # also: VARIANT's test AVG minus each OTHER's, seed by seed (paired)
 """
 
 from __future__ import annotations
@@ -31,11 +32,34 @@ def cell(values: list[float], key: str) -> str:
     return f"{100 * mean:.2f} %" if key in PERCENT else f"{mean:.3g}"
 
 
+def paired(runs: Path, variant: str, others: list[str]) -> list[str]:
+    """Per seed both ran: `variant`'s last-k test AVG minus each other's (the paired difference the seeds share:
+    same partitions, same initial weights)."""
+
+    def avg(name: str) -> dict[int, float]:
+        out = {}
+        for s in sorted((runs / name).glob("seed*")):
+            if (s / "summary.json").is_file():
+                summary = json.loads((s / "summary.json").read_text())
+                out[int(s.name[4:])] = next(float(v) for k, v in summary.items() if k.startswith("last") and k.endswith("/acc_mean") and "/val/" not in k)
+        return out
+
+    mine = avg(variant)
+    lines = [f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):", "", "| other | per seed | mean |", "|---|---|---|"]
+    for other in others:
+        theirs = avg(other)
+        diffs = [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+        shown = ", ".join(f"{d:+.2f}" for d in diffs)
+        lines.append(f"| {other} | {shown} | {np.mean(diffs):+.2f} |" if diffs else f"| {other} | – | – |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, default=Path("runs/fedcir_pacs_tuned"))
     ap.add_argument("--rounds", type=int, nargs="+", default=[2, 10, 25, 50])
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--paired", nargs="+", metavar="VARIANT", help="run folders: the first's last-k test AVG minus each other's, per seed")
     args = ap.parse_args()
     lines = [
         "# FedCiR's loss terms on PACS (CPU setting, 50 rounds): size, share of the loss, share of the gradient",
@@ -62,6 +86,8 @@ def main() -> None:
                         per_seed.append(float(np.mean(vals)))
                 row.append(cell(per_seed, key))
             lines.append(f"| {variant.name} ({len(runs)} seeds) | {rnd} | " + " | ".join(row) + " |")
+    if args.paired:
+        lines += ["", *paired(args.runs, args.paired[0], args.paired[1:])]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)
