@@ -337,7 +337,11 @@ def test_config_overlays_parse(tmp_path, capsys, overlay):
     assert applied | expected.get("init_args", {}) == applied  # every overlay value was applied
 
 
-@pytest.mark.parametrize("method", [FedAvg(), FedProx(mu=0.0), FedProx(mu=5.0), FedDyn(alpha=0.5), MOON(mu=5.0), FedNTD(beta=5.0)], ids=repr)
+@pytest.mark.parametrize(
+    "method",
+    [FedAvg(), FedProx(mu=0.0), FedProx(mu=5.0), FedDyn(alpha=0.5), MOON(mu=5.0), FedNTD(beta=5.0)],
+    ids=["fedavg", "fedprox-mu0", "fedprox-mu5", "feddyn", "moon", "fedntd"],  # stable ids: xdist workers must collect the same names
+)
 def test_the_task_loss_is_the_cross_entropy_without_the_methods_terms(tmp_path, method):
     """`ClientResult.task_loss`: the mean cross-entropy over the fit's steps. FedAvg adds nothing (the train loss to
     the bit); FedProx at μ = 0 adds a zero term (equal up to the order of the float64 sums); a positive term makes
