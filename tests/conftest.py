@@ -47,3 +47,11 @@ def global_library_state_is_scoped():
     leaked = changed_keys(before, readable(torch._dynamo.config))
     if leaked:
         pytest.fail(f"the test left torch._dynamo.config changed ({', '.join(leaked)}): use torch._dynamo.config.patch")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test ids must not depend on the process (e.g. `ids=repr` names objects by memory address): pytest-xdist's
+    workers each collect the suite and stop the run when their names differ."""
+    unstable = [item.nodeid for item in items if " at 0x" in item.nodeid]
+    if unstable:
+        raise pytest.UsageError(f"test ids that name memory addresses (give the parametrisation explicit ids): {unstable[:3]}")
