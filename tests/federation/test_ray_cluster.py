@@ -47,7 +47,15 @@ def two_nodes():
     """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1; `ray stop --force` afterwards."""
     import psutil  # a dependency of Ray's
 
-    running = [p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in ("raylet", "gcs_server")]
+    def ray_processes() -> list[str]:
+        return [p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in ("raylet", "gcs_server")]
+
+    # a local Ray that the previous test of the suite's Ray group shut down may take seconds to exit (under xdist
+    # that test ran just before this one, on the same worker)
+    deadline, running = time.monotonic() + 60, ray_processes()
+    while running and time.monotonic() < deadline:
+        time.sleep(1)
+        running = ray_processes()
     if running:
         pytest.skip(f"Ray is already running on this machine ({', '.join(running)}); this test ends with `ray stop --force`")
     port = free_port()
