@@ -11,18 +11,16 @@ fit's starting weights), at a few rounds and averaged over rounds 2..T (round 1 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from flsuite import compare
+from flsuite.records import ACC_MEAN
+
 PREFIX = "client/fedcir/"
 COLUMNS = ["ce", "reg", "align", "reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"]
 PERCENT = {"reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"}
-
-
-def history(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
 def cell(values: list[float], key: str) -> str:
@@ -37,12 +35,8 @@ def paired(runs: Path, variant: str, others: list[str]) -> list[str]:
     same partitions, same initial weights)."""
 
     def avg(name: str) -> dict[int, float]:
-        out = {}
-        for s in sorted((runs / name).glob("seed*")):
-            if (s / "summary.json").is_file():
-                summary = json.loads((s / "summary.json").read_text())
-                out[int(s.name[4:])] = next(float(v) for k, v in summary.items() if k.startswith("last") and k.endswith("/acc_mean") and "/val/" not in k)
-        return out
+        done = [compare.load_run(s) for s in sorted((runs / name).glob("seed*")) if (s / "summary.json").is_file()]
+        return {int(r.path.name[4:]): float(r.summary[r.prefix + ACC_MEAN]) for r in done}
 
     mine = avg(variant)
     lines = [f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):", "", "| other | per seed | mean |", "|---|---|---|"]
@@ -73,7 +67,7 @@ def main() -> None:
         "|---|---|" + "---|" * len(COLUMNS),
     ]
     for variant in sorted(p for p in args.runs.iterdir() if p.is_dir() and p.name.startswith("fedcir")):
-        runs = [h for s in sorted(variant.glob("seed*")) if (s / "summary.json").is_file() for h in [history(s)]]
+        runs = [compare.load_run(s).history for s in sorted(variant.glob("seed*")) if (s / "summary.json").is_file()]
         if not runs:
             continue
         for rnd in [*args.rounds, "all"]:

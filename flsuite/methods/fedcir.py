@@ -254,7 +254,7 @@ class FedCiR(GeneratorMethod, FedAvg):
         if ensemble not in ("logits", "mixture", "per_client"):
             raise ValueError(f"FedCiR ensemble must be 'logits', 'mixture' or 'per_client', got {ensemble!r}")
         if kl_reduction not in KL_REDUCTIONS:
-            raise ValueError(f"FedCiR kl_reduction must be 'batch_mean' or 'batch_sum', got {kl_reduction!r}")
+            reduce_kl(torch.zeros(1), kl_reduction)  # raises the one message for a bad reduction
         self.lam_reg, self.lam_align = lam_reg, lam_align
         self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = generator_steps, generator_batch, noise_dim, hidden
         self.generator_lr, self.ensemble, self.mle_samples, self.kl_reduction = generator_lr, ensemble, mle_samples, kl_reduction

@@ -212,7 +212,7 @@ def test_the_compiled_loop_logs_what_the_lean_loop_does():
     ("kwargs", "message"),
     [
         ({"ensemble": "per_label"}, "FedCiR ensemble must be 'logits', 'mixture' or 'per_client', got 'per_label'"),
-        ({"kl_reduction": "mean"}, "FedCiR kl_reduction must be 'batch_mean' or 'batch_sum', got 'mean'"),
+        ({"kl_reduction": "mean"}, "FedCiR kl_reduction must be one of 'batch_mean', 'batch_sum', got 'mean'"),
     ],
 )
 def test_bad_options_name_the_option_and_its_values(kwargs, message):
