@@ -244,7 +244,6 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
     assert len(calls) == 3
 
 
-@pytest.mark.xdist_group("ray")  # one worker runs every Ray test: ray.init() joins a cluster another test started
 def test_ray_workers_get_their_share_of_the_cpus():
     """RayExecutor's "auto": a worker of an image model uses the CPUs Ray assigned it (cpus_per_client), a worker of
     a head on feature vectors one thread; an explicit count is used as is."""

@@ -5,12 +5,14 @@ completes with the same metrics (the executor replaces the dead worker and retri
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,8 +23,6 @@ from flsuite.methods.fedavg import FedAvg
 from tests.helpers import write_config
 
 ray = pytest.importorskip("ray")
-#: One xdist worker runs every Ray test in the suite: a plain ray.init() joins a cluster another test started.
-pytestmark = pytest.mark.xdist_group("ray")
 ROOT = Path(__file__).resolve().parents[2]
 #: `ray start --head` turns on Ray's token authentication by default (Ray 2.5x): the test cluster on 127.0.0.1 opts
 #: out, for its nodes and drivers alike (docs/scale-out.md shows the token setup for a real cluster).
@@ -42,32 +42,53 @@ def ray_cli(*args: str, env: dict[str, str] | None = None) -> None:
     subprocess.run([ray_bin, *args], check=True, capture_output=True, text=True, timeout=180, env=env)
 
 
+def processes_naming(text: str) -> list[int]:
+    """PIDs of the live processes whose command line contains `text` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:  # exited meanwhile, or not ours to read
+            continue
+    return pids
+
+
+def stop_processes_naming(text: str, grace_s: float = 15.0) -> None:
+    """SIGTERM every process whose command line contains `text`, then SIGKILL what is left after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in processes_naming(text):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while processes_naming(text) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def two_nodes():
-    """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1; `ray stop --force` afterwards."""
-    import psutil  # a dependency of Ray's
+    """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1, in a Ray temp dir of their own.
 
-    def ray_processes() -> list[str]:
-        return [p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in ("raylet", "gcs_server")]
-
-    # a local Ray that the previous test of the suite's Ray group shut down may take seconds to exit (under xdist
-    # that test ran just before this one, on the same worker)
-    deadline, running = time.monotonic() + 60, ray_processes()
-    while running and time.monotonic() < deadline:
-        time.sleep(1)
-        running = ray_processes()
-    if running:
-        pytest.skip(f"Ray is already running on this machine ({', '.join(running)}); this test ends with `ray stop --force`")
+    The cluster touches nothing else on the machine, so it can run beside the suite's other Ray tests (each starts its
+    own local Ray, on another xdist worker too): its address file lives in that temp dir, where a plain `ray.init()`
+    elsewhere does not look for a cluster to join, and it is stopped by stopping the processes whose command lines name
+    that dir, not by `ray stop`, which kills every Ray process on the machine (another test's local Ray, and with it
+    that test's driver: the pytest worker)."""
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("stopping the test cluster reads /proc (Linux)")
+    temp_dir = tempfile.mkdtemp(prefix="flray", dir="/tmp")  # short: Ray's socket paths live under it
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
+    env.pop("RAY_ADDRESS", None)
+    own = ("--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={temp_dir}")
     try:
-        ray_cli(
-            "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", env=env
-        )
-        ray_cli("start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", env={**env, KILL_AT: "2"})
+        ray_cli("start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", *own, env=env)
+        ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
         yield f"127.0.0.1:{port}"
     finally:
-        ray_cli("stop", "--force", env=env)
+        stop_processes_naming(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not processes_naming(temp_dir), f"processes of the test cluster ({temp_dir}) outlived its teardown"
 
 
 class KillsItsNode(ClientModule):

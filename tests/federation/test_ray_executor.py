@@ -20,8 +20,6 @@ from flsuite.methods.scaffold import Scaffold
 from tests.helpers import ExplodingFedAvg, head_federation
 
 ray = pytest.importorskip("ray")
-#: One xdist worker runs every Ray test in the suite: a plain ray.init() joins a cluster another test started.
-pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module", autouse=True)

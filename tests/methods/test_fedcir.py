@@ -172,7 +172,6 @@ def test_round_one_runs_plain_then_generator_and_statistics_travel(tmp_path):
     assert state["optimizer"]["state"]  # Adam moments kept across rounds
 
 
-@pytest.mark.xdist_group("ray")  # one worker runs every Ray test: ray.init() joins a cluster another test started
 def test_serial_equals_ray(tmp_path):
     ray = pytest.importorskip("ray")
     from flsuite.federation.ray_executor import RayExecutor

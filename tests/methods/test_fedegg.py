@@ -230,7 +230,6 @@ def test_remark_form_and_its_undefined_case(tmp_path):
 
 
 # ---- serial == Ray -----------------------------------------------------------------------------------------------
-@pytest.mark.xdist_group("ray")  # one worker runs every Ray test: ray.init() joins a cluster another test started
 def test_serial_and_ray_runs_are_identical(tmp_path):
     ray = pytest.importorskip("ray")
     from flsuite.federation.ray_executor import RayExecutor

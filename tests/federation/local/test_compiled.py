@@ -376,7 +376,6 @@ def test_layouts_key_the_compiled_functions():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one worker runs every Ray test: ray.init() joins a cluster another test started
 def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path):
     """Each Ray worker compiles its own graphs; they compute what the driver's compile computes."""
     from flsuite.federation.ray_executor import RayExecutor
