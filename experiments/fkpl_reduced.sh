@@ -2,8 +2,10 @@
 # FKPL's reduced study (issue 12) that fits the shared 2-core machine: the CPU setting of
 # configs/fkpl/<dataset>_effnet.yaml (frozen EfficientNet-Lite0 features, MLP experts; Office-Caltech-10 10 clients,
 # PACS 20) with 20 rounds × 5 local epochs instead of 100 × 10: FedAvg, FedProx, MOON, FedProto, FedProc, FPL, FKPL and
-# its two controls (Tables 2, 3, 5, 6); on PACS also FKPL and its federated head at 10°, where Stage 0 finds the 4
-# domains. Then Stage 0's
+# its two controls (Tables 2, 3, 5, 6), and FKPL with each expert initialised from its own draw (expert_init:
+# independent; the default is the official shared draw); on PACS also FKPL, its federated head and the independent
+# init at 10°, where Stage 0 finds the 4 domains (the FedAvg-encoder control has one cluster at any threshold). The
+# official code's setting: experiments/fkpl_official.sh. Then Stage 0's
 # threshold scan over the FKPL runs.
 #   bash experiments/fkpl_reduced.sh office|pacs [--seeds 0 1 2] [--workers 1]
 set -euo pipefail
@@ -18,16 +20,18 @@ name=fkpl_${dataset}_reduced; ov=runs/${name}_overlays; mkdir -p "$ov"
 printf 'method:\n  class_path: flsuite.methods.fedproc.FedProc\n  init_args: {schedule_rounds: 20, tau: 1.0}\n' > "$ov/fedproc.yaml"
 printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {head: federated, head_rounds: 20}\n' > "$ov/federated_head.yaml"
 printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 10.0}\n' > "$ov/threshold10.yaml"
+printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {expert_init: independent}\n' > "$ov/independent.yaml"
 # at 10° the federated-head control runs at the same threshold (Table 5 holds the experts fixed); the FedAvg-encoder
 # control has one cluster at any threshold
 extra=(); [[ $dataset == pacs ]] && extra=(--variant "FKPL threshold 10°=$ov/threshold10.yaml"
-  --variant "FKPL federated head threshold 10°=$ov/federated_head.yaml,$ov/threshold10.yaml")
+  --variant "FKPL federated head threshold 10°=$ov/federated_head.yaml,$ov/threshold10.yaml"
+  --variant "FKPL independent init threshold 10°=$ov/independent.yaml,$ov/threshold10.yaml")
 command="bash experiments/fkpl_reduced.sh $dataset $*"
 python experiments/study.py --name "$name" --base "$base" \
   --variant "FedAvg=configs/fkpl/peers/fedavg.yaml" --variant "FedProx=configs/baselines/fedprox.yaml" \
   --variant "MOON=configs/fkpl/peers/moon.yaml" --variant "FedProto=configs/baselines/fedproto.yaml" \
   --variant "FedProc=$ov/fedproc.yaml" --variant "FPL=configs/baselines/fpl.yaml" --variant "FKPL=" "${extra[@]}" \
-  --variant "FKPL federated head=$ov/federated_head.yaml" \
+  --variant "FKPL independent init=$ov/independent.yaml" --variant "FKPL federated head=$ov/federated_head.yaml" \
   --variant "FKPL FedAvg encoder=configs/fkpl/controls/fedavg_encoder.yaml" \
   --workers 1 --out "docs/results/$name.md" --command "$command" "$@" \
   -- --rounds 20 --local.epochs 5 --eval_every 5

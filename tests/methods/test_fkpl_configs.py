@@ -78,3 +78,15 @@ def test_the_official_stage0_overlay_sets_exactly_the_official_options():
     method = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml", OFFICIAL).method
     assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts", size=32, augment=True, normalize=True)
     assert (method.angle, method.linkage, method.threshold) == ("pacfl", "weighted", base.threshold)
+
+
+def test_the_official_stage0_overlay_for_features_sets_the_official_options_that_apply_to_features():
+    """The feature configs hold no pixels, so their official Stage 0 is the official basis, angle and linkage without
+    the image transform (configs/fkpl/stage0_official_features.yaml, experiments/fkpl_official.sh)."""
+    features = FKPL_CONFIGS / "stage0_official_features.yaml"
+    assert set(_yaml(features)["method"]["init_args"]) == {"basis", "per_class", "class_budget", "angle", "linkage"}
+    assert {k: v for k, v in _yaml(OFFICIAL)["method"]["init_args"].items() if not k.startswith("stage0_")} == _yaml(features)["method"]["init_args"]
+    base = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml").method
+    method = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml", features).method
+    assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts")
+    assert (method.angle, method.linkage, method.threshold) == ("pacfl", "weighted", base.threshold)
