@@ -10,27 +10,31 @@
 # independently initialised experts run at FKPL's threshold, so the extractor is held fixed. On PACS the three also run
 # at 30°, inside the range where this Stage 0 recovers the 4 domains (17.0–44.2°; at 4.2° it gives one cluster per
 # client, docs/results/fkpl_stage0.md); on Office no threshold recovers them. Then Stage 0's scan.
+# Scaled for the CPU: the server head's epochs. partner: all gives N_g = Σ_i |V_{y_i}| virtual features, |V_y| times
+# the suite's one per sample (PACS: 83,120 at 4.2°, where its 200 epochs took 550 s of a run), so the head trains for
+# 200 / |V_y| epochs, as many SGD steps as 200 epochs over one virtual feature per sample: PACS 10 at 4.2° (V = 20),
+# 50 at 30° (V = 4); Office 20 at 5.3° (V = 10).
 #   bash experiments/fkpl_official.sh office|pacs [--seeds 0 1 2] [--workers 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dataset=${1:?usage: fkpl_official.sh office|pacs [study.py flags]}; shift
 case $dataset in
   office) base=configs/fkpl/office_caltech10_effnet.yaml; layout=configs/fkpl/layout_official_office.yaml
-          mixing=configs/fkpl/official_mixing.yaml; threshold=${THRESHOLD:-5.3} ;;
+          mixing=configs/fkpl/official_mixing.yaml; threshold=${THRESHOLD:-5.3}; head_epochs=20 ;;
   pacs) base=configs/fkpl/pacs_effnet.yaml; layout=configs/fkpl/layout_official_pacs.yaml
-        mixing=configs/fkpl/official_mixing_pacs.yaml; threshold=${THRESHOLD:-4.2} ;;
+        mixing=configs/fkpl/official_mixing_pacs.yaml; threshold=${THRESHOLD:-4.2}; head_epochs=10 ;;
   *) echo "fkpl_official.sh: dataset must be office or pacs, got '$dataset'" >&2; exit 2 ;;
 esac
 name=fkpl_${dataset}_official; ov=runs/${name}_overlays; mkdir -p "$ov"
 stage0=configs/fkpl/stage0_official_features.yaml
 printf 'method:\n  class_path: flsuite.methods.fedproc.FedProc\n  init_args: {schedule_rounds: 20, tau: 1.0}\n' > "$ov/fedproc.yaml"
-printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: %s}\n' "$threshold" > "$ov/threshold.yaml"
+printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: %s, head_epochs: %s}\n' "$threshold" "$head_epochs" > "$ov/threshold.yaml"
 printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {head: federated, head_rounds: 20}\n' > "$ov/federated_head.yaml"
 printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {expert_init: independent}\n' > "$ov/independent.yaml"
 fkpl="$layout,$mixing,$stage0,$ov/threshold.yaml"
 extra=()
 if [[ $dataset == pacs ]]; then
-  printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 30.0}\n' > "$ov/threshold30.yaml"
+  printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 30.0, head_epochs: 50}\n' > "$ov/threshold30.yaml"
   at30="$layout,$mixing,$stage0,$ov/threshold30.yaml"
   extra=(--variant "FKPL 30°=$at30" --variant "FKPL independent init 30°=$at30,$ov/independent.yaml"
     --variant "FKPL federated head 30°=$at30,$ov/federated_head.yaml")
