@@ -8,6 +8,9 @@
 # official code's setting: experiments/fkpl_official.sh. Then Stage 0's
 # threshold scan over the FKPL runs.
 #   bash experiments/fkpl_reduced.sh office|pacs [--seeds 0 1 2] [--workers 1]
+#   FKPL_ONLY=1 bash experiments/fkpl_reduced.sh pacs --seeds 0 1 2   # issue 22's rerun: FedAvg, FKPL and the FKPL
+#   variants that issue added (controls at 10°, independent init), to docs/results/fkpl_<dataset>_reduced_fkpl.md;
+#   the other rows stay the full study's table (the same code gives them: seeds 0-1 reproduce to the digit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dataset=${1:?usage: fkpl_reduced.sh office|pacs [study.py flags]}; shift
@@ -27,12 +30,14 @@ extra=(); [[ $dataset == pacs ]] && extra=(--variant "FKPL threshold 10°=$ov/th
   --variant "FKPL federated head threshold 10°=$ov/federated_head.yaml,$ov/threshold10.yaml"
   --variant "FKPL independent init threshold 10°=$ov/independent.yaml,$ov/threshold10.yaml")
 command="bash experiments/fkpl_reduced.sh $dataset $*"
+peers=(--variant "FedProx=configs/baselines/fedprox.yaml" --variant "MOON=configs/fkpl/peers/moon.yaml"
+  --variant "FedProto=configs/baselines/fedproto.yaml" --variant "FedProc=$ov/fedproc.yaml" --variant "FPL=configs/baselines/fpl.yaml")
+out=docs/results/$name.md
+controls=(--variant "FKPL federated head=$ov/federated_head.yaml" --variant "FKPL FedAvg encoder=configs/fkpl/controls/fedavg_encoder.yaml")
+if [[ -n ${FKPL_ONLY:-} ]]; then peers=(); controls=(); out=docs/results/${name}_fkpl.md; command="FKPL_ONLY=1 $command"; fi
 python experiments/study.py --name "$name" --base "$base" \
-  --variant "FedAvg=configs/fkpl/peers/fedavg.yaml" --variant "FedProx=configs/baselines/fedprox.yaml" \
-  --variant "MOON=configs/fkpl/peers/moon.yaml" --variant "FedProto=configs/baselines/fedproto.yaml" \
-  --variant "FedProc=$ov/fedproc.yaml" --variant "FPL=configs/baselines/fpl.yaml" --variant "FKPL=" "${extra[@]}" \
-  --variant "FKPL independent init=$ov/independent.yaml" --variant "FKPL federated head=$ov/federated_head.yaml" \
-  --variant "FKPL FedAvg encoder=configs/fkpl/controls/fedavg_encoder.yaml" \
-  --workers 1 --out "docs/results/$name.md" --command "$command" "$@" \
+  --variant "FedAvg=configs/fkpl/peers/fedavg.yaml" "${peers[@]}" --variant "FKPL=" "${extra[@]}" \
+  --variant "FKPL independent init=$ov/independent.yaml" "${controls[@]}" \
+  --workers 1 --out "$out" --command "$command" "$@" \
   -- --rounds 20 --local.epochs 5 --eval_every 5
 python experiments/fkpl_clustering.py "runs/$name"/fkpl/seed* --out "docs/results/${name}_clustering.md" --command "$command"
