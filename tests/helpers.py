@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,11 @@ def initial_weights(fed: Federation, data=None):
     data = data if data is not None else fed.build_data()[0]
     torch.manual_seed(derive_seed(fed.seed, purpose="model_init"))
     return clone_weights(fed.model.build(data.input_shape, data.num_classes).state_dict())
+
+
+def load_experiment(name: str):
+    """experiments/<name>.py as a module (the experiment scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

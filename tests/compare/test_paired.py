@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests.compare.test_study_selection import make_run
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import load_experiment
 
 
 def load_paired():
-    spec = importlib.util.spec_from_file_location("paired", ROOT / "experiments" / "paired.py")
-    paired = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paired)
-    return paired
+    return load_experiment("paired")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ changes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,15 +12,13 @@ import pytest
 import yaml
 
 from flsuite.metrics import domain_summary, final_summary
+from tests.helpers import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_study():
-    spec = importlib.util.spec_from_file_location("study", ROOT / "experiments" / "study.py")
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
-    return study
+    return load_experiment("study")
 
 
 def make_run(path: Path, test: float, val: float | None, config: dict) -> None:
