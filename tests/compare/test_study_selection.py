@@ -14,8 +14,6 @@ import yaml
 from flsuite.metrics import domain_summary, final_summary
 from tests.helpers import load_experiment
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def load_study():
     return load_experiment("study")
