@@ -5,7 +5,7 @@
 # the official virtual features (official_mixing*.yaml: partner all, λ on the prototype rounded to 2 decimals, the
 # official bounds) and the official Stage 0 as far as it applies to features (stage0_official_features.yaml: per-class
 # bases with the count-proportional budget, PACFL's angle, the official agglomeration), at the paper's threshold
-# (Office 5.3°, PACS 4.2°) unless THRESHOLD is given; 20 rounds × 5 local epochs instead of 100 × 10. Every method
+# (Office 5.3°, PACS 4.2°); 20 rounds × 5 local epochs instead of 100 × 10. Every method
 # runs on the same clients; FKPL's two controls (Table 5: federated head; Table 6: one FedAvg encoder) and FKPL with
 # independently initialised experts run at FKPL's threshold, so the extractor is held fixed. On PACS the three also run
 # at 30°, inside the range where this Stage 0 recovers the 4 domains (17.0–44.2°; at 4.2° it gives one cluster per
@@ -20,17 +20,15 @@ cd "$(dirname "$0")/.."
 dataset=${1:?usage: fkpl_official.sh office|pacs [study.py flags]}; shift
 case $dataset in
   office) base=configs/fkpl/office_caltech10_effnet.yaml; layout=configs/fkpl/layout_official_office.yaml
-          mixing=configs/fkpl/official_mixing.yaml; threshold=${THRESHOLD:-5.3}; head_epochs=20 ;;
+          mixing=configs/fkpl/official_mixing.yaml; threshold=5.3; head_epochs=20 ;;
   pacs) base=configs/fkpl/pacs_effnet.yaml; layout=configs/fkpl/layout_official_pacs.yaml
-        mixing=configs/fkpl/official_mixing_pacs.yaml; threshold=${THRESHOLD:-4.2}; head_epochs=10 ;;
+        mixing=configs/fkpl/official_mixing_pacs.yaml; threshold=4.2; head_epochs=10 ;;
   *) echo "fkpl_official.sh: dataset must be office or pacs, got '$dataset'" >&2; exit 2 ;;
 esac
 name=fkpl_${dataset}_official; ov=runs/${name}_overlays; mkdir -p "$ov"
+source experiments/fkpl_overlays.sh; write_reduced_overlays "$ov"
 stage0=configs/fkpl/stage0_official_features.yaml
-printf 'method:\n  class_path: flsuite.methods.fedproc.FedProc\n  init_args: {schedule_rounds: 20, tau: 1.0}\n' > "$ov/fedproc.yaml"
 printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: %s, head_epochs: %s}\n' "$threshold" "$head_epochs" > "$ov/threshold.yaml"
-printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {head: federated, head_rounds: 20}\n' > "$ov/federated_head.yaml"
-printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {expert_init: independent}\n' > "$ov/independent.yaml"
 fkpl="$layout,$mixing,$stage0,$ov/threshold.yaml"
 extra=()
 if [[ $dataset == pacs ]]; then
@@ -40,7 +38,6 @@ if [[ $dataset == pacs ]]; then
     --variant "FKPL federated head 30°=$at30,$ov/federated_head.yaml")
 fi
 command="bash experiments/fkpl_official.sh $dataset $*"
-[[ -n ${THRESHOLD:-} ]] && command="THRESHOLD=$THRESHOLD $command"
 python experiments/study.py --name "$name" --base "$base" \
   --variant "FedAvg=$layout,configs/fkpl/peers/fedavg.yaml" --variant "FedProx=$layout,configs/baselines/fedprox.yaml" \
   --variant "MOON=$layout,configs/fkpl/peers/moon.yaml" --variant "FedProto=$layout,configs/baselines/fedproto.yaml" \
