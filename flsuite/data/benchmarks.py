@@ -183,6 +183,10 @@ class Benchmark(DataSource):
         return Split(x, labels)
 
     def build(self, seed: int) -> FederatedData:
+        if self.encoder is not None and self.cache_dir is not None:
+            from flsuite.data.feature_cache import check_cache_dir
+
+            check_cache_dir(cache_path(self.cache_dir))  # before any image is read or embedded
         domains = self.load_domains(seed)
         first = next(iter(domains.values())).train_pool
         labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}

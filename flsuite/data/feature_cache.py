@@ -24,11 +24,35 @@ from torch import Tensor
 from flsuite import progress as console
 from flsuite.models.encoders import FrozenEncoder
 
-__all__ = ["cache_digest", "extract_features", "images_fingerprint"]
+__all__ = ["cache_digest", "check_cache_dir", "extract_features", "images_fingerprint"]
 
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = "2"
+
+
+def check_cache_dir(cache_dir: str | os.PathLike[str]) -> Path:
+    """Create the feature cache folder if needed and prove it writable (a probe file), before any image is embedded.
+
+    An unusable folder (a dangling link, a file, a folder without write permission) raises `DataError` in one line
+    naming the path and the fix, instead of failing after the first pool has been embedded.
+    """
+    from flsuite.data.base import DataError
+
+    root = Path(cache_dir)
+    fix = "set data.init_args.cache_dir to a writable folder (or null to embed without a cache)"
+    if root.is_symlink() and not root.exists():
+        raise DataError(f"feature cache folder {root} is a link to {os.readlink(root)}, which does not exist; {fix}")
+    if root.exists() and not root.is_dir():
+        raise DataError(f"feature cache folder {root} is a file, not a folder; {fix}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".write-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise DataError(f"feature cache folder {root} cannot be written ({err.strerror or err}); {fix}") from None
+    return root
 
 
 def images_fingerprint(images: Tensor) -> dict[str, str]:

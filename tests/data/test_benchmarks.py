@@ -98,6 +98,35 @@ def test_features_are_cached_between_builds(office_folder, tmp_path):
     assert encoder.calls == calls
 
 
+@pytest.mark.parametrize("kind", ["dangling link", "file", "under a file"])
+def test_unusable_cache_dir_stops_before_any_image_is_embedded(office_folder, tmp_path, kind):
+    """A dangling `.cache` link (once committed to the repository), a file, or a folder that cannot be created: one
+    line naming the path and the fix, and the encoder never ran."""
+    if kind == "dangling link":
+        cache = tmp_path / "cache"
+        cache.symlink_to(tmp_path / "absent" / "folder")
+    elif kind == "file":
+        cache = tmp_path / "cache"
+        cache.write_text("")
+    else:
+        (tmp_path / "blocker").write_text("")
+        cache = tmp_path / "blocker" / "features"
+    encoder = CountingEncoder()
+    source = Benchmark("office_caltech10", root=office_folder, encoder=encoder, cache_dir=cache, image_size=12)
+    with pytest.raises(DataError) as err:
+        source.build(seed=0)
+    message = str(err.value)
+    assert str(cache) in message and "data.init_args.cache_dir" in message and "\n" not in message
+    assert {"dangling link": "does not exist", "file": "is a file", "under a file": "cannot be written"}[kind] in message
+    assert encoder.calls == 0
+
+
+def test_cache_dir_is_created_where_the_config_says(office_folder, tmp_path):
+    cache = tmp_path / "nested" / "features"
+    Benchmark("office_caltech10", root=office_folder, encoder=CountingEncoder(), cache_dir=cache, image_size=12).build(seed=0)
+    assert cache.is_dir() and list(cache.glob("*.pt")) and not list(cache.glob(".write-probe.*"))
+
+
 def test_unknown_suite_and_domain_are_named():
     with pytest.raises(DataError, match="unknown suite 'digitz'"):
         Benchmark("digitz")
