@@ -216,31 +216,40 @@ def test_fedgen_client_loss_matches_hand_computation():
 
 
 def test_fedgen_per_label_weights_and_every_head_counts():
-    """w_k(y) = n_{k,y} / Σ_k n_{k,y}; labels drawn only from classes some client holds; perturbing one client's head
-    changes the generator update."""
+    """w_k(y) = n_{k,y} / Σ_k n_{k,y}; labels drawn only from classes some client holds; moving one client's head in
+    a way that changes its prediction moves the generator update by far more than rounding."""
     torch.manual_seed(0)
     spec = Linear()
     model = spec.build((8,), 3)
     method = FedGen()
     method.setup(model, 2)
     counts = [torch.tensor([3, 0, 0]), torch.tensor([1, 4, 0])]
-    g = torch.Generator().manual_seed(1)
 
-    def ctx(shift: float) -> ServerContext:
-        results = [
-            ClientResult(k, int(c.sum()), {"1.weight": torch.randn(3, 8, generator=g) + shift * k, "1.bias": torch.zeros(3)}, {"label_counts": c})
-            for k, c in enumerate(counts)
-        ]
+    def ctx(move: tuple[torch.Tensor, torch.Tensor] | None = None) -> ServerContext:
+        """The round's two uploads (the same heads on every call); `move` = (ΔW, Δb) is added to client 1's head."""
+        g = torch.Generator().manual_seed(1)
+        heads = [(torch.randn(3, 8, generator=g), torch.zeros(3)) for _ in counts]
+        if move is not None:
+            heads[1] = (heads[1][0] + move[0], heads[1][1] + move[1])
+        results = [ClientResult(k, int(c.sum()), {"1.weight": w, "1.bias": b}, {"label_counts": c}) for k, (c, (w, b)) in enumerate(zip(counts, heads))]
         return ServerContext(2, seed=5, results=results, num_clients=2, build_model=lambda: spec.build((8,), 3))
 
-    c0 = ctx(0.0)
+    c0 = ctx()
     assert torch.allclose(method.ensemble_coefficients(c0.results), torch.tensor([[0.75, 0.0, 0.0], [0.25, 1.0, 0.0]]))
     assert method.generator_labels(c0.results).tolist() == [0, 1]
-    g.manual_seed(1)
-    ref = method.train_generator(ctx(0.0), {})[0]["generator"]
-    g.manual_seed(1)
-    out = method.train_generator(ctx(0.5), {})[0]["generator"]  # client 1's head moved
-    assert not all(torch.allclose(out[k].float(), ref[k].float(), atol=1e-6) for k in ref)
+    # G's first-round initial weights (train_generator draws them from the server stream's "generator/init" seed)
+    init = {k: p.detach() for k, p in build_generator(3, 8, method.noise_dim, method.hidden, seed=c0.seed_for("generator/init")).named_parameters()}
+    ref = method.train_generator(ctx(), {})[0]["generator"]
+    # A class-dependent move (seeded ΔW, Δb = (1, −1, 0)) changes client 1's softmax. Adding one constant to all of W
+    # would not: every class's logit moves by the same amount, and the two updates differ by rounding only.
+    d = torch.Generator().manual_seed(2)
+    out = method.train_generator(ctx((torch.randn(3, 8, generator=d), torch.tensor([1.0, -1.0, 0.0]))), {})[0]["generator"]
+    step = torch.cat([(ref[k] - init[k]).flatten() for k in init])  # the update of G's parameters (BN statistics aside)
+    moved = torch.cat([(out[k] - ref[k]).flatten() for k in init])
+    # Measured (CPU): ‖moved‖ / ‖step‖ ≈ 0.69 here, ≈ 2e-5 (rounding) for the uniform +0.5 shift, exactly 0 with
+    # client 1's head left out of the ensemble; the bound 1e-2 is 500× that rounding level and 1/70 of the move's.
+    ratio = float(moved.norm() / step.norm())
+    assert ratio > 1e-2, f"moving client 1's head changed G's update by {ratio:.2e} of it (‖update‖ {float(step.norm()):.3e}): is its head ignored?"
 
 
 def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
