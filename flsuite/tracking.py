@@ -67,6 +67,28 @@ def _resolve_wandb_mode(mode: str) -> str:
     return "online" if has_key else "offline"
 
 
+def _offline_reason(mode: str) -> str:
+    """Why a run logs offline, and what would make it online (flsuite's choice, not a W&B settings file)."""
+    if os.environ.get("WANDB_MODE"):
+        return f"WANDB_MODE={os.environ['WANDB_MODE']}"
+    if mode == "offline":
+        return "wandb.mode=offline"
+    return "no W&B API key; `wandb login` or WANDB_API_KEY makes runs online"
+
+
+def _run_settings(mode: str):
+    """This run's W&B settings: an offline run prints none of its own banner (`silent`, for this run only).
+
+    W&B's offline banner says "W&B syncing is set to `offline` in this directory. Run `wandb online` ...", which is
+    untrue here: flsuite passes the mode (from the API key, `wandb.mode` or WANDB_MODE), so `wandb online` changes
+    nothing. flsuite says why the run is offline and how to upload it (`_say_how_to_sync`); W&B's warnings and errors
+    (`wandb.termwarn`, e.g. a step logged out of order) still show.
+    """
+    import wandb
+
+    return wandb.Settings(silent=True) if mode == "offline" else None
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=float))
@@ -160,12 +182,15 @@ class Tracker:
             run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
             kwargs.update(id=run_id, resume="allow", name=self.run_dir.name)
         try:
-            run = wandb.init(mode=mode, **kwargs)
+            run = wandb.init(mode=mode, settings=_run_settings(mode), **kwargs)
         except Exception as err:  # no network, bad key: keep the experiment going, offline
             if mode == "offline":
                 raise
             log.warning("W&B online init failed (%s); logging offline instead", err)
-            run = wandb.init(mode="offline", **kwargs)
+            mode = "offline"
+            run = wandb.init(mode=mode, settings=_run_settings(mode), **kwargs)
+        if mode == "offline":
+            log.info("W&B logs offline (%s)", _offline_reason(cfg.mode))
         id_file.write_text(run.id)
         run.define_metric(ROUND)
         run.define_metric("*", step_metric=ROUND)

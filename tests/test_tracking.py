@@ -96,3 +96,41 @@ def test_the_partition_plot_of_a_large_federation_is_bounded(tmp_path):
     plot_partition(stats, tmp_path / "p.png")
     width, height = Image.open(tmp_path / "p.png").size
     assert height <= 12 * 100 and width < 1000  # 2,000 rows at 0.3 inch each would be 60,000 px tall
+
+
+WANDB_NOISE = """
+import logging, sys
+from pathlib import Path
+import wandb
+from flsuite.tracking import Tracker, WandbConfig
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # as the CLI does
+run_dir = Path(sys.argv[1])
+tracker = Tracker(run_dir / "ours", WandbConfig(enabled=True, project="flsuite-tests"), "g", {})
+tracker.wandb_run.log({"x": 1.0}, step=5)
+tracker.wandb_run.log({"x": 2.0}, step=2)  # a genuine W&B warning: a step logged out of order
+tracker.close()
+print("--- the user's own run ---", file=sys.stderr, flush=True)
+wandb.init(mode="offline", project="flsuite-tests", dir=str(run_dir), reinit="create_new").finish()
+"""
+
+
+def test_an_offline_run_drops_wandbs_wandb_online_banner_for_its_own_run_only(tmp_path):
+    """W&B's offline banner ("Run `wandb online` ...") is silenced for flsuite's run only (its run settings), while
+    W&B's warnings still show, flsuite says why it is offline and how to sync, and a user's own run keeps the banner."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT", "WANDB_QUIET")}
+    env["NETRC"] = str(tmp_path / "no-netrc")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", WANDB_NOISE, str(tmp_path)], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ours, _, users = proc.stderr.partition("--- the user's own run ---")
+    assert users, proc.stderr
+    assert "wandb online" not in ours and "syncing is set to `offline`" not in ours, ours
+    assert "Tried to log to step 2 that is less than the current step 5" in ours  # W&B's genuine warning
+    assert "W&B logs offline (no W&B API key; `wandb login` or WANDB_API_KEY makes runs online)" in ours
+    assert "upload this run with: wandb sync" in ours
+    assert "Run `wandb online`" in users  # W&B's own behaviour outside flsuite's run is untouched

@@ -22,7 +22,10 @@ Decisions:
   `last_k`); a group whose runs used different k is an error. Per domain, AVG (mean over domains), STD (population
   std across domains of the last-k mean accuracies, GGEUR) and STD (n-1) (sample std, FKPL) are shown as
   mean ± population std over the group's runs (seeds). The STDs are recomputed from the per-domain last-k numbers,
-  so summaries written before that became the summary's own arithmetic compare on the same footing.
+  so summaries written before that became the summary's own arithmetic compare on the same footing. The header says
+  how many rounds the runs actually averaged (`last{k}/rounds`: fewer than k when a run evaluated fewer), and a
+  remark under it names the groups and their values when they differ in rounds run (the last round in metrics.jsonl)
+  or in rounds averaged.
 - Rounds to target: the first round whose acc_mean reaches `--target` (from metrics.jsonl), else the runs' own
   `target_acc` from their summary; shown as the mean over the runs that reached it and how many did.
 - Bytes per round: mean over the round records of every `Rounds` phase (a record with `<prefix>clients` and
@@ -58,6 +61,7 @@ from flsuite.compare.stats import (
     mean_pm,
     round_prefixes,
     round_traffic,
+    run_rounds,
     run_traffic,
 )
 
@@ -89,6 +93,7 @@ __all__ = [
     "read_config",
     "round_prefixes",
     "round_traffic",
+    "run_rounds",
     "run_traffic",
     "write_report",
 ]

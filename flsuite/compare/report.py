@@ -70,17 +70,39 @@ class Comparison:
         return header, rows
 
     def note(self) -> str:
+        """What the accuracy table holds, with the number of rounds the runs actually averaged (their summaries'
+        `last{k}/rounds`), which is fewer than `last_k` when the runs evaluated fewer rounds."""
         ks = sorted({g.k for g in self.groups})
-        k = ks[0] if len(ks) == 1 else "k (per method, see below)"
+        averaged = sorted({n for g in self.groups for n in g.rounds_averaged})
+        if len(averaged) == 1:
+            span = f"last {averaged[0]} evaluated round" + ("s" if averaged[0] != 1 else "")
+            if ks != averaged:
+                span += f" (last_k = {' or '.join(map(str, ks))}, but the runs evaluated only {averaged[0]})"
+        else:
+            span = f"last {averaged[0]} to {averaged[-1]} evaluated rounds (see the last-k column)"
         return (
-            f"Top-1 accuracy (%) averaged over each run's last {k} evaluated rounds; mean ± std over seeds (population). "
+            f"Top-1 accuracy (%) averaged over each run's {span}; mean ± std over seeds (population). "
             "AVG = mean over domains; STD = population std across domains of the last-k mean accuracies (GGEUR's "
             "convention); STD (n-1) = sample std (FKPL's)."
         )
 
+    def remark(self) -> str:
+        """A warning line when the groups (or the runs of one) differ in rounds run or in rounds averaged; else ""."""
+        differ = []
+        for what, values in (("rounds run", lambda g: g.rounds), ("rounds averaged", lambda g: g.rounds_averaged)):
+            shown = {g.label: _span(values(g)) for g in self.groups}
+            if len(set(shown.values())) > 1 or any("–" in v for v in shown.values()):
+                differ.append(f"{what} ({', '.join(f'{label}: {v}' for label, v in shown.items())})")
+        if not differ:
+            return ""
+        return f"Note: the runs differ in {' and in '.join(differ)}, so the numbers are not like for like."
+
     def markdown(self, title: str | None = None, png: str | None = None) -> str:
         lines = [f"## {title}", ""] if title else []
-        lines += [self.note(), "", *_md_table(*self.accuracy_rows()), "", *_md_table(*self.cost_rows()), ""]
+        lines += [self.note(), ""]
+        if remark := self.remark():
+            lines += [f"**{remark}**", ""]
+        lines += [*_md_table(*self.accuracy_rows()), "", *_md_table(*self.cost_rows()), ""]
         if png:
             lines += [f"![convergence]({png})", ""]
         if self.skipped:
@@ -98,6 +120,7 @@ class Comparison:
             ),
             f"<h2>{html.escape(title)}</h2>",
             f"<p>{html.escape(self.note())}</p>",
+            f"<p><strong>{html.escape(self.remark())}</strong></p>" if self.remark() else "",
             _html_table(*self.accuracy_rows()),
             _html_table(*self.cost_rows()),
         ]
@@ -134,6 +157,14 @@ class Comparison:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+def _span(values: Sequence[int | None]) -> str:
+    """The runs' values: one number, `low–high`, or `?` where a run does not say."""
+    known = sorted({v for v in values if v is not None})
+    if not known:
+        return "?"
+    return str(known[0]) if len(known) == 1 else f"{known[0]}–{known[-1]}"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -34,7 +34,8 @@ class GroupStats:
     label: str
     runs: list[Run]
     k: int
-    rounds_averaged: list[int]
+    rounds_averaged: list[int]  # per run: evaluated rounds its last-k numbers average (fewer than k in a short run)
+    rounds: list[int | None] = field(default_factory=list)  # per run: the last round it ran (`run_rounds`)
     acc: dict[str, list[float]] = field(default_factory=dict)  # domain -> per-run last-k accuracy
     avg: list[float] = field(default_factory=list)
     std: list[float] = field(default_factory=list)
@@ -81,6 +82,15 @@ def run_traffic(run: Run) -> tuple[float, float]:
     return (float(sum(u for u, _ in rounds) + one_shot[BYTES_UP]), float(sum(d for _, d in rounds) + one_shot[BYTES_DOWN]))
 
 
+def run_rounds(run: Run) -> int | None:
+    """The rounds a run ran: the last round in its metrics.jsonl, else its config's `rounds` (None when neither says)."""
+    rounds = [int(r[ROUND]) for r in run.history if ROUND in r]
+    if rounds:
+        return max(rounds)
+    configured = run.config.get("rounds")
+    return int(configured) if isinstance(configured, int) else None
+
+
 def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) -> int | None:
     for r in evaluated(history):
         if float(r[ACC_MEAN]) >= target:
@@ -97,6 +107,7 @@ def group_stats(label: str, runs: Sequence[Run], target: float | None = None) ->
     g = GroupStats(label, list(runs), k, [int(r.summary.get(f"{prefix}{LAST_K_ROUNDS}", k)) for r in runs])
     for run in runs:
         s = run.summary
+        g.rounds.append(run_rounds(run))
         for d in run.domains:
             g.acc.setdefault(d, []).append(float(s[f"{prefix}{ACC_PREFIX}{d}"]))
         g.avg.append(float(s[f"{prefix}{ACC_MEAN}"]))

@@ -25,6 +25,8 @@ Decisions (the same file runs unchanged under `wandb sweep` + `wandb agent`):
   trials that were running when the sweep was killed are marked failed and re-queued with the same parameters (a
   grid trial with its grid point) to run first, in new folders, and the sweep runs until `--trials` trials have
   finished (default: `run_cap`, or the grid's size). A lock file stops two sweeps from driving one folder at once.
+- Progress: one line on stderr per finished trial (trials done / target, the trial's parameters and score, the best
+  so far, the time since the sweep started); each trial's own output goes to `<out>/logs/<n>.log`.
 - Outputs in `<out>`: trials.md / trials.csv (every trial, best first), best.yaml (the best trial's resolved
   config.yaml with run_dir cleared: `flsuite fit --config best.yaml` reruns it), plots/slice.png (the metric against
   each parameter), plots/importance.png and (with ≥ 2 parameters) plots/parallel_coordinate.png (optuna's
@@ -58,7 +60,7 @@ from flsuite.sweep.spec import (
     objective_value,
     per_round_key,
 )
-from flsuite.sweep.study import Sweep, TrialFailed, read_new_records, stop
+from flsuite.sweep.study import Progress, Sweep, TrialFailed, read_new_records, stop
 
 # The modules: spec (the W&B file -> a checked spec, the agent's command), samplers (optuna samplers, pruners, the
 # trials' parameters), study (the study and the trials), report (trials.md/csv, best.yaml, plots), cli (the command line).
@@ -67,6 +69,7 @@ __all__ = [
     "MACROS",
     "METHODS",
     "PER_ROUND",
+    "Progress",
     "TOP_LEVEL_KEYS",
     "Sweep",
     "SweepError",

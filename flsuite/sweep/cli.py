@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import optuna  # noqa: F401
     except ImportError:
-        raise SweepError("flsuite sweep needs optuna: pip install 'flsuite[sweep]' (or pip install optuna)") from None
+        raise SweepError('flsuite sweep needs optuna: python -m pip install -e ".[sweep]" in the clone (or pip install optuna)') from None
     sweep = Sweep(args.file, out, workers=args.workers, seed=args.seed, extra=extra)
     sweep.run(args.trials)
     print((out / "trials.md").read_text())

@@ -142,7 +142,8 @@ def test_study_b_reads_its_own_last_k_and_says_when_runs_were_shorter(studies: P
     assert header == ["method", "all", "AVG", "STD", "STD (n-1)", "seeds"]
     assert rows == [["fedavg", "37.50 ± 12.50", "37.50 ± 12.50", "0.00 ± 0.00", "—", "2"]]
     assert c.cost_rows()[1][0][:3] == ["fedavg", "3 (a run averaged only 2)", "—"]
-    assert "last 3 evaluated rounds" in c.markdown()
+    assert "averaged over each run's last 2 evaluated rounds (last_k = 3, but the runs evaluated only 2)" in c.markdown()
+    assert c.remark() == "" and "Note:" not in c.markdown()  # both runs ran and averaged 2 rounds
 
 
 def test_two_studies_together_label_by_path_and_reject_mixed_last_k(studies: Path):
@@ -355,3 +356,29 @@ def test_labels_name_every_key_that_differs_so_they_are_unique(tmp_path: Path):
     labels = list(group_by_experiment([tmp_path / n for n in "abc"]))
     assert len(set(labels)) == 3
     assert labels[0] == ("FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, local.weight_decay=0.0)")
+
+
+def test_the_header_says_how_many_rounds_were_averaged_and_a_remark_names_groups_that_differ(tmp_path: Path):
+    """A 30-round and a 6-round run in one table get a remark naming both; the header counts the rounds averaged."""
+
+    made = [make_run(tmp_path / "a" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5) for m, n in (("fedavg", 30), ("fedprox", 6))]
+    c = compare(group_by_experiment(made))
+    assert "averaged over each run's last 5 evaluated rounds;" in c.note()
+    assert c.remark() == "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 6), so the numbers are not like for like."
+    assert f"**{c.remark()}**" in c.markdown() and f"<strong>{c.remark()}</strong>" in c.html("t")
+
+    made = [make_run(tmp_path / "b" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5) for m, n in (("fedavg", 30), ("fedprox", 3))]
+    c = compare(group_by_experiment(made))
+    assert "averaged over each run's last 3 to 5 evaluated rounds (see the last-k column);" in c.note()
+    assert c.remark() == (
+        "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 3) and in rounds averaged (FedAvg: 5, FedProx: 3), so the numbers are not like for like."
+    )
+
+    made = [make_run(tmp_path / "c" / m / "seed0", [{"x": 50.0, "y": 5.0}] * 3, 5) for m in ("fedavg", "fedprox")]
+    c = compare(group_by_experiment(made))
+    assert "averaged over each run's last 3 evaluated rounds (last_k = 5, but the runs evaluated only 3);" in c.note()
+    assert c.remark() == ""
+
+    seeds = [make_run(tmp_path / "d" / "fedavg" / f"seed{s}", [{"x": 50.0, "y": 5.0}] * n, 5) for s, n in ((0, 4), (1, 8))]
+    c = compare({"FedAvg": seeds}, across_configs=True)  # one group whose runs differ (grouped across configs, --by KEY)
+    assert c.remark() == "Note: the runs differ in rounds run (FedAvg: 4–8) and in rounds averaged (FedAvg: 4–5), so the numbers are not like for like."

@@ -143,3 +143,38 @@ def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
     assert setup[0] == setup[1] and setup[0]["setup/ggeur/bytes_up"] > 0
     a, b = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+RAY_NOISE = """
+import logging, sys
+from pathlib import Path
+from ray._private.authentication import authentication_token_setup as auth
+from flsuite.federation.ray_executor import RayExecutor
+from tests.helpers import head_federation
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # as the CLI does
+head_federation(Path(sys.argv[1]), rounds=1, executor=RayExecutor(num_cpus=1, num_workers=1)).fit()
+print("--- after flsuite's run ---", file=sys.stderr, flush=True)
+auth._warn_token_auth_enabled()  # the same warning outside flsuite's ray.init
+auth._warn_token_auth_disabled()  # and a genuine one from the same logger
+"""
+
+
+@pytest.mark.slow
+def test_a_local_run_drops_rays_token_auth_opt_out_warning_for_its_own_start_only(tmp_path):
+    """A local RayExecutor does not print Ray's "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to
+    opt out" (a cluster only this process uses); Ray's other output, and that logger's warnings outside flsuite's
+    `ray.init`, still show."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    proc = subprocess.run([sys.executable, "-c", RAY_NOISE, str(tmp_path / "run")], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours, _, after = proc.stderr.partition("--- after flsuite's run ---")
+    assert after, proc.stderr[-3000:]
+    assert "Started a local Ray instance" in ours and "RayExecutor: 1 workers" in ours  # Ray and flsuite still speak
+    assert "Token authentication is enabled" not in ours, ours
+    assert "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out" in after
+    assert "Token authentication is disabled for this Ray cluster" in after
+    assert (tmp_path / "run" / "summary.json").is_file()

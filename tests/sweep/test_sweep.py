@@ -352,3 +352,36 @@ def test_a_validation_metric_prunes_and_scores_on_validation_never_on_test():
     summary = {"last/acc_mean": 90.0, "last/val/acc_mean": 60.0, "last5/val/acc_mean": 61.0}
     assert sw.objective_value(summary, "val/acc_mean", Path("s")) == 60.0
     assert sw.objective_value(summary, "last5/val/acc_mean", Path("s")) == 61.0
+
+
+def test_each_finished_trial_prints_one_progress_line(tmp_path: Path, capsys):
+    """One stderr line per finished trial: done / target, its parameters and score (or why it has none), the best so far."""
+    (tmp_path / "flsuite").mkdir()
+    fails = "x = float(args['x'])\nif x == 0.2: sys.exit(3)\n"
+    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)").replace('x = float(args["x"])\n', fails))
+    file = tmp_path / "grid.yaml"
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "method": "grid",
+                "metric": {"name": "last5/acc_mean", "goal": "maximize"},
+                "parameters": {"x": {"values": [0.1, 0.2, 0.3]}},
+                "command": ["${env}", "${interpreter}", str(tmp_path / "flsuite" / "cli.py"), "fit", "${args}"],
+            }
+        )
+    )
+    capsys.readouterr()
+    study = sw.Sweep(file, tmp_path / "out", poll_s=0.02).run()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    best = None
+    for n, (line, t) in enumerate(zip(lines, sorted(study.trials, key=lambda t: t.datetime_complete)), start=1):
+        x = t.params["x"]
+        assert line.startswith(f"sweep grid [{n}/3] trial {t.number}: "), line
+        assert f"| x={x} |" in line and line.endswith(" elapsed")
+        if x == 0.2:
+            assert f"fail; see {tmp_path / 'out' / 'logs' / f'{t.number:04d}.log'}" in line
+        else:
+            assert f"last5/acc_mean = {sw.fmt(x * 18)}" in line
+            best = t if best is None or t.value > best.value else best
+        assert (f"best {sw.fmt(best.value)} (trial {best.number})" if best else "best —") in line
