@@ -80,8 +80,8 @@ def timed_round(clients: int, samples: int) -> dict:
 
     _quiet_lightning()
     fed = synthetic_federation(clients, samples)
-    applied = ThreadPolicy().apply(fed.input_shape)
     env = client_env(fed)
+    applied = ThreadPolicy().apply(env.step_flops())
     weights = env.build_model().state_dict()
     flsuite_round(client_env(synthetic_federation(1, 64, seed=1)), weights)  # imports, first Trainer, allocator
     start = time.perf_counter()
@@ -228,8 +228,8 @@ def fedavg_part(args) -> None:
 
     _quiet_lightning()
     fed = synthetic_federation(3, args.fedavg_samples, seed=2)
-    ThreadPolicy().apply(fed.input_shape)
     env, compiled = client_env(fed), client_env(fed, loop="compiled")
+    ThreadPolicy().apply(env.step_flops())
     weights = env.build_model().state_dict()
     runners = {
         "flsuite (run_client)": lambda: flsuite_round(env, weights),

@@ -67,19 +67,44 @@ def _env_count(name: str) -> int | None:
     return count
 
 
+#: Forward FLOPs of a training batch that each intra-op thread needs before the policy adds it (`ThreadPolicy`;
+#: measured in docs/performance.md#threads: a second thread paid 1.3-2x alone from 0.12 GFLOP per thread up, and
+#: nothing for the quickstart's CNN at 0.0014).
+FLOPS_PER_THREAD = 1e8
+
+
+def step_flops(model: Any, input_shape: Sequence[int], batch_size: int) -> float:
+    """Forward FLOPs of one batch of `batch_size` through `model` (torch's FlopCounterMode on one zero sample, in
+    eval mode, without gradients; the model's mode and the global random state are left as they were)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    training = model.training
+    try:
+        model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]), FlopCounterMode(display=False) as counter:
+            model(torch.zeros(1, *input_shape))
+    finally:
+        model.train(training)
+    return float(counter.get_total_flops()) * batch_size
+
+
 @dataclass(frozen=True)
 class ThreadPolicy:
     """How many threads torch uses in this process; decided once per run, deterministically (bit-identical reruns
-    depend on the count).
+    depend on the count): from the config, the work per step and the cores, never from the machine's current load.
 
     Intra-op threads, first that applies:
       1. the environment variable `FLSUITE_THREADS` (an override for any config);
       2. `intra_op` when it is a number;
-      3. "auto": 1 when the model's inputs are feature vectors (a small head on in-memory embeddings: a batch of 16
-         is too little work to split, and spinning threads collapse under a second CPU-bound process); otherwise
-         (images, convolutional backbones) this process's share of the cores, `cores // FLSUITE_PARALLEL`, where
-         `FLSUITE_PARALLEL` is the number of processes a launcher runs side by side (the study runner sets it; 1 when
-         unset). An `OMP_NUM_THREADS` set in the environment caps the automatic count (it never raises it).
+      3. "auto": one thread per `FLOPS_PER_THREAD` forward FLOPs of a training batch, at least 1 and at most this
+         process's share of the cores but one, `(cores - 1) // FLSUITE_PARALLEL` (`FLSUITE_PARALLEL`: processes a
+         launcher runs side by side; the study runner sets it; 1 when unset). One core is left to the rest of the
+         machine: threads that wait for each other at every operation run 2.3-3.7x slower as soon as one other
+         CPU-bound process takes one of their cores, whatever the model (measured on 2 cores), so on 2 cores every
+         run gets one thread. Small models and batches (the quickstart's CNN, a head on embeddings) get one thread
+         on any machine: their operations are too short to split. An `OMP_NUM_THREADS` set in the environment caps
+         the automatic count (it never raises it).
     Inter-op threads: `inter_op` when a number; "auto" gives 1 (the suite runs no inter-op parallel work). torch
     accepts the inter-op count only before its first parallel work, so a later different request is logged and the
     effective count kept.
@@ -98,12 +123,12 @@ class ThreadPolicy:
             if value != "auto" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"threads.{key} must be a positive integer or 'auto', got {value!r}")
 
-    def resolve(self, input_shape: Sequence[int], cores: int | None = None) -> dict[str, Any]:
-        """The thread counts for a model over inputs of `input_shape` (one sample, no batch dimension), and why.
+    def resolve(self, flops_per_step: float, cores: int | None = None, spare: int = 1) -> dict[str, Any]:
+        """The thread counts for training steps of `flops_per_step` forward FLOPs (`step_flops`), and why.
 
-        `cores`: CPUs this process may use (default: its affinity mask); a Ray worker passes its assigned CPUs.
+        `cores`: CPUs this process may use (default: its affinity mask); `spare`: of those, how many "auto" leaves to
+        the rest of the machine (a Ray worker passes the CPUs Ray reserved for it, and 0).
         """
-        family = "features" if len(input_shape) <= 1 else "images"
         if (forced := _env_count(THREADS_ENV)) is not None:
             intra, source = forced, THREADS_ENV
         elif self.intra_op != "auto":
@@ -111,18 +136,18 @@ class ThreadPolicy:
         else:
             cores = cores or available_cores()
             parallel = _env_count(PARALLEL_ENV) or 1
-            intra = 1 if family == "features" else max(1, cores // parallel)
-            source = f"auto ({family}, {cores} cores, {parallel} parallel)"
+            intra = max(1, min((cores - spare) // parallel, int(flops_per_step // FLOPS_PER_THREAD)))
+            source = f"auto ({flops_per_step / 1e9:.3g} GFLOP per step, {cores} cores, {spare} spare, {parallel} parallel)"
             if (cap := _env_count("OMP_NUM_THREADS")) is not None and cap < intra:
                 intra, source = cap, source + f", capped by OMP_NUM_THREADS={cap}"
         inter = 1 if self.inter_op == "auto" else self.inter_op
         return {"intra_op": intra, "inter_op": inter, "source": source}
 
-    def apply(self, input_shape: Sequence[int], cores: int | None = None) -> dict[str, Any]:
+    def apply(self, flops_per_step: float, cores: int | None = None, spare: int = 1) -> dict[str, Any]:
         """Resolve and set torch's thread counts; returns (and records for `thread_counts`) the effective ones."""
         import torch
 
-        decision = self.resolve(input_shape, cores)
+        decision = self.resolve(flops_per_step, cores, spare)
         if torch.get_num_threads() != decision["intra_op"]:
             torch.set_num_threads(decision["intra_op"])
         if torch.get_num_interop_threads() != decision["inter_op"]:

@@ -1,5 +1,5 @@
-"""The thread policy: its decisions (config, environment override, division of cores among parallel processes), what
-a run applies and records, and a study with two workers giving each run one thread."""
+"""The thread policy: its decisions (the work per step, config, environment override, division of cores among parallel
+processes), the FLOPs it decides by, what a run applies and records, and a study with two workers dividing the cores."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 import torch
 import yaml
 
-from flsuite.runtime import PARALLEL_ENV, THREADS_ENV, ThreadPolicy, thread_counts
+from flsuite.runtime import FLOPS_PER_THREAD, PARALLEL_ENV, THREADS_ENV, ThreadPolicy, step_flops, thread_counts
 
 ROOT = Path(__file__).resolve().parents[1]
-FEATURES, IMAGES = (1280,), (3, 32, 32)
+#: Forward FLOPs of a training batch: a head on embeddings (Linear 1280 -> 10 at batch 16) and a ResNet at 32 px.
+SMALL, LARGE = 2 * 1280 * 10 * 16, 64 * FLOPS_PER_THREAD
 
 
 @pytest.fixture(autouse=True)
@@ -29,47 +30,66 @@ def clean_env(monkeypatch):
     torch.set_num_threads(before)
 
 
-def test_auto_gives_heads_on_features_one_thread_and_image_models_the_cores():
+def test_auto_gives_a_thread_per_share_of_work_and_leaves_one_core_to_the_machine():
     auto = ThreadPolicy()
-    assert auto.resolve(FEATURES, cores=8)["intra_op"] == 1
-    assert auto.resolve(FEATURES, cores=1)["intra_op"] == 1
-    assert auto.resolve(IMAGES, cores=8)["intra_op"] == 8
-    assert auto.resolve(IMAGES, cores=8)["source"] == "auto (images, 8 cores, 1 parallel)"
-    assert auto.resolve(IMAGES, cores=8)["inter_op"] == 1
+    assert auto.resolve(SMALL, cores=8)["intra_op"] == 1
+    assert auto.resolve(SMALL, cores=1)["intra_op"] == 1
+    assert auto.resolve(FLOPS_PER_THREAD - 1, cores=8)["intra_op"] == 1
+    assert auto.resolve(2 * FLOPS_PER_THREAD, cores=8)["intra_op"] == 2
+    assert auto.resolve(3 * FLOPS_PER_THREAD - 1, cores=8)["intra_op"] == 2
+    assert auto.resolve(LARGE, cores=8)["intra_op"] == 7  # one core left to the rest of the machine
+    assert auto.resolve(LARGE, cores=8, spare=0)["intra_op"] == 8
+    assert auto.resolve(LARGE, cores=2)["intra_op"] == 1
+    assert auto.resolve(LARGE, cores=1)["intra_op"] == 1
+    assert auto.resolve(LARGE, cores=8)["source"] == f"auto ({LARGE / 1e9:.3g} GFLOP per step, 8 cores, 1 spare, 1 parallel)"
+    assert auto.resolve(LARGE, cores=8)["inter_op"] == 1
 
 
-@pytest.mark.parametrize(("parallel", "expected"), [("1", 8), ("2", 4), ("3", 2), ("8", 1), ("16", 1)])
+def test_step_flops_counts_the_forward_pass_of_a_batch_and_leaves_the_model_and_rng_alone():
+    from flsuite.models.heads import Linear, SmallCNN
+
+    head = Linear().build((1280,), 10)
+    head.train()
+    state = torch.random.get_rng_state()
+    assert step_flops(head, (1280,), 16) == SMALL  # a matmul of 1280 x 10 per sample: 2 * 1280 * 10 FLOPs
+    assert head.training and torch.equal(torch.random.get_rng_state(), state)
+    cnn = SmallCNN(channels=[16, 32], hidden=64).build((1, 8, 8), 10)  # the quickstart's model and batch
+    assert step_flops(cnn, (1, 8, 8), 32) == 2 * step_flops(cnn, (1, 8, 8), 16)
+    assert ThreadPolicy().resolve(step_flops(cnn, (1, 8, 8), 16), cores=64)["intra_op"] == 1
+
+
+@pytest.mark.parametrize(("parallel", "expected"), [("1", 7), ("2", 3), ("3", 2), ("8", 1), ("16", 1)])
 def test_auto_divides_the_cores_among_parallel_processes(monkeypatch, parallel, expected):
     monkeypatch.setenv(PARALLEL_ENV, parallel)
-    assert ThreadPolicy().resolve(IMAGES, cores=8)["intra_op"] == expected
-    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 1
+    assert ThreadPolicy().resolve(LARGE, cores=8)["intra_op"] == expected
+    assert ThreadPolicy().resolve(SMALL, cores=8)["intra_op"] == 1
 
 
 def test_auto_uses_the_process_affinity_by_default():
     cores = len(os.sched_getaffinity(0))
-    assert ThreadPolicy().resolve(IMAGES)["intra_op"] == cores
+    assert ThreadPolicy().resolve(LARGE)["intra_op"] == max(1, cores - 1)
 
 
 def test_config_count_is_used_as_is():
-    assert ThreadPolicy(intra_op=3).resolve(FEATURES, cores=2) == {"intra_op": 3, "inter_op": 1, "source": "config"}
-    assert ThreadPolicy(intra_op=1, inter_op=2).resolve(IMAGES, cores=8)["inter_op"] == 2
+    assert ThreadPolicy(intra_op=3).resolve(SMALL, cores=2) == {"intra_op": 3, "inter_op": 1, "source": "config"}
+    assert ThreadPolicy(intra_op=1, inter_op=2).resolve(LARGE, cores=8)["inter_op"] == 2
 
 
 def test_environment_variable_overrides_config_and_auto(monkeypatch):
     monkeypatch.setenv(THREADS_ENV, "2")
     monkeypatch.setenv(PARALLEL_ENV, "4")
-    assert ThreadPolicy(intra_op=5).resolve(IMAGES, cores=8) == {"intra_op": 2, "inter_op": 1, "source": THREADS_ENV}
-    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 2
+    assert ThreadPolicy(intra_op=5).resolve(LARGE, cores=8) == {"intra_op": 2, "inter_op": 1, "source": THREADS_ENV}
+    assert ThreadPolicy().resolve(SMALL, cores=8)["intra_op"] == 2
 
 
 def test_omp_num_threads_caps_auto_but_never_raises_it_or_a_configured_count(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    capped = ThreadPolicy().resolve(IMAGES, cores=8)
+    capped = ThreadPolicy().resolve(LARGE, cores=8)
     assert capped["intra_op"] == 2 and "OMP_NUM_THREADS=2" in capped["source"]
-    assert ThreadPolicy(intra_op=4).resolve(IMAGES, cores=8)["intra_op"] == 4
+    assert ThreadPolicy(intra_op=4).resolve(LARGE, cores=8)["intra_op"] == 4
     monkeypatch.setenv("OMP_NUM_THREADS", "16")
-    assert ThreadPolicy().resolve(IMAGES, cores=8)["intra_op"] == 8
-    assert ThreadPolicy().resolve(FEATURES, cores=8)["intra_op"] == 1
+    assert ThreadPolicy().resolve(LARGE, cores=8)["intra_op"] == 7
+    assert ThreadPolicy().resolve(SMALL, cores=8)["intra_op"] == 1
 
 
 @pytest.mark.parametrize("value", [0, -1, "two", 1.5, True])
@@ -82,14 +102,14 @@ def test_bad_config_is_named(value):
 def test_bad_environment_value_is_named(monkeypatch, name):
     monkeypatch.setenv(name, "zero")
     with pytest.raises(ValueError, match=name):
-        ThreadPolicy().resolve(IMAGES, cores=2)
+        ThreadPolicy().resolve(LARGE, cores=2)
 
 
 def test_apply_sets_torch_and_reports_the_effective_counts():
     torch.set_num_threads(2)
-    applied = ThreadPolicy().apply(FEATURES)
+    applied = ThreadPolicy().apply(SMALL)
     assert torch.get_num_threads() == 1
-    assert applied["intra_op"] == 1 and applied["source"].startswith("auto (features")
+    assert applied["intra_op"] == 1 and applied["source"].startswith("auto (0.00041 GFLOP per step")
     assert thread_counts() == applied == ThreadPolicy().describe()
     torch.set_num_threads(2)  # changed behind the policy's back: reported, without the stale reason
     assert thread_counts() == {"intra_op": 2, "inter_op": torch.get_num_interop_threads()}
@@ -117,7 +137,7 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
 
 
 def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
-    """An image model (auto: all cores when alone) in a study run two at a time on two cores: one thread each."""
+    """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one thread."""
     cpus = set(sorted(os.sched_getaffinity(0))[:2])
     cfg = {
         "name": "threads",
@@ -151,7 +171,7 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     for seed in (0, 1):
         threads = json.loads((tmp_path / "runs" / "t" / "base" / f"seed{seed}" / "environment.json").read_text())["threads"]
         assert threads["intra_op"] == 1, threads
-        assert threads["source"] == f"auto (images, {len(cpus)} cores, 2 parallel)"
+        assert threads["source"].endswith(f" GFLOP per step, {len(cpus)} cores, 1 spare, 2 parallel)"), threads
 
 
 # ---- the frozen-feature hot path: faster, and the same numbers ----------------------------------------------------
@@ -245,8 +265,9 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
 
 
 def test_ray_workers_get_their_share_of_the_cpus():
-    """RayExecutor's "auto": a worker of an image model uses the CPUs Ray assigned it (cpus_per_client), a worker of
-    a head on feature vectors one thread; an explicit count is used as is."""
+    """RayExecutor's "auto": a worker whose steps are large (a CNN at a batch of 1024: 0.66 GFLOP) uses all the
+    CPUs Ray reserved for it (cpus_per_client; no spare core), a worker of a head on feature vectors one thread; an
+    explicit count is used as is."""
     import ray
 
     from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
@@ -260,7 +281,9 @@ def test_ray_workers_get_their_share_of_the_cpus():
         def threads(self) -> int:
             return torch.get_num_threads()
 
-    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), FedAvg(), LocalTraining(), 0)
+    big_batch = LocalTraining(batch_size=2**10)
+    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), FedAvg(), big_batch, 0)
+    assert images.step_flops() >= 2 * FLOPS_PER_THREAD
     features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), FedAvg(), LocalTraining(), 0)
     ray.init(num_cpus=6, include_dashboard=False)
     try:

@@ -79,7 +79,7 @@ class _ClientWorker:
 
             # The worker's share of the cores is the CPUs Ray assigned it (cpus_per_client), not the machine's.
             cores = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
-            ThreadPolicy(intra_op=torch_threads).apply(env.data.input_shape, cores=cores)
+            ThreadPolicy(intra_op=torch_threads).apply(env.step_flops(), cores=cores, spare=0)
         self.env = env
 
     def ready(self) -> int:
@@ -115,7 +115,7 @@ class RayExecutor(Executor):
         gpus_per_client: GPUs reserved per worker (fractions share a GPU); set `local.accelerator: gpu` to use them.
         max_retries: Extra attempts for a client task that raises or whose worker dies.
         torch_threads: Intra-op threads of each worker's torch: "auto" (`flsuite.runtime.ThreadPolicy` over the
-            worker's `cpus_per_client`: 1 for heads on feature vectors, `floor(cpus_per_client)` for image models),
+            worker's `cpus_per_client`: one thread per 0.1 GFLOP of a batch's forward pass, at most `floor(cpus_per_client)`),
             a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
         spread: Place the workers (and any replacement) across the cluster's nodes (Ray's "SPREAD" scheduling)
             instead of Ray's default, which fills the driver's node first.

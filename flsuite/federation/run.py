@@ -85,8 +85,9 @@ class Federation:
         progress: Show progress on stderr: a bar over rounds, and over the run's other long phases (feature
             extraction, setup stages, client queries, server-side fits).
         wandb: Weights & Biases logging.
-        threads: torch's thread counts in this process (`flsuite.runtime.ThreadPolicy`; auto: 1 for heads on feature
-            vectors, this process's share of the cores for image models; the FLSUITE_THREADS variable overrides).
+        threads: torch's thread counts in this process (`flsuite.runtime.ThreadPolicy`; auto: one thread per 0.1
+            GFLOP of a training batch's forward pass, at most this process's share of the cores but one: 1 on 2 cores,
+            and for small models and heads on feature vectors anywhere; the FLSUITE_THREADS variable overrides).
     """
 
     def __init__(
@@ -204,7 +205,7 @@ class Federation:
         run_dir = self.resolve_run_dir(resume)
         loaded = load_checkpoint(resume) if resume is not None else None
         raw = self.validation.apply(self.data.build(self.seed), self.seed)  # held out before any setup stage sees it
-        self.threads.apply(raw.input_shape)
+        self.threads.apply(self._env(raw).step_flops())
         self.executor.start(self._env(raw))
         try:
             fed, setup_metrics = self._setup(raw, query=self.executor.query)

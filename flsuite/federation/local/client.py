@@ -20,6 +20,7 @@ from flsuite.federation.local.loops import LocalFit
 from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.models.heads import ModelSpec
+from flsuite.runtime import step_flops
 
 
 @dataclass
@@ -34,6 +35,13 @@ class ClientEnvironment:
 
     def build_model(self) -> nn.Module:
         return self.model.build(self.data.input_shape, self.data.num_classes)
+
+    def step_flops(self) -> float:
+        """Forward FLOPs of one local batch, what the thread policy decides by (`flsuite.runtime.step_flops`); the
+        model is built aside, leaving the random state untouched."""
+        with torch.random.fork_rng(devices=[]):
+            model = self.build_model()
+        return step_flops(model, self.data.input_shape, self.local.batch_size)
 
 
 def _quiet_lightning() -> None:
