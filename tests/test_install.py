@@ -90,7 +90,9 @@ def test_ci_runs_as_a_stranger_in_a_fresh_clone_with_a_new_home():
     ci = (ROOT / ".ci" / "run").read_text()
     clone, home, tests = ci.index("git clone"), ci.index('export HOME="$work/home"'), ci.index("python -m pytest -q")
     assert 'work="$(mktemp -d' in ci and clone < home < tests and 'cd "$work/flsuite"' in ci
-    assert all(name in ci.split("unset", 1)[1].split("export HOME", 1)[0] for name in ("TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME", "WANDB_API_KEY", "PYTHONPATH"))
+    assert all(
+        name in ci.split("unset", 1)[1].split("export HOME", 1)[0] for name in ("TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME", "WANDB_API_KEY", "PYTHONPATH")
+    )
     assert '"$work/shared/data"' in ci and 'rm -rf "$work"' in ci
     readme = (ROOT / "README.md").read_text()
     test_command = 'python -m pip install -e ".[dev]" && python -m pytest -q -n auto'
