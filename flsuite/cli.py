@@ -7,7 +7,8 @@
 Pluggable parts (data, model, method, executor, setup stages) are chosen with `class_path`/`init_args`, or by short
 class name (`--method FedProx`, `--executor RayExecutor`): every flsuite module is imported when the parser is built,
 so jsonargparse knows every subclass and `flsuite fit --help` lists them. Errors in the config or in the data name the
-offending key or file and exit with status 2; set FLSUITE_DEBUG=1 for the full traceback. Ctrl-C during `fit` writes
+offending key and the file (or flag) that set it and exit with status 2, before any work where they can be found then
+(flsuite.preflight; docs/errors.md); set FLSUITE_DEBUG=1 for the full traceback. Ctrl-C during `fit` writes
 the last completed round's checkpoint and exits with status 130 (see flsuite.interrupts).
 """
 
@@ -30,19 +31,30 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 import flsuite
 from flsuite import progress
-from flsuite.config_files import blame_config_file, check_config_files, config_files
+from flsuite.config_errors import argument_errors, one_paragraph, user_error_message
+from flsuite.config_files import check_config_files, config_files
 from flsuite.data.base import DataError
 from flsuite.data.image_folder import UnreadableImageError
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError, resolve_checkpoint, run_dir_of, saved_config
 from flsuite.federation.run import ClientFailedError, Federation
 from flsuite.interrupts import EXIT_INTERRUPTED, RunInterrupted, sigint_raises_run_interrupted
+from flsuite.models.weights import WeightsUnavailableError
 from flsuite.runfolder import check_resume_config, flatten, previous_config
 from flsuite.runtime import keep_freed_memory
 
 log = logging.getLogger("flsuite")
 
 #: Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message.
-USER_ERRORS = (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, ValueError, TypeError)
+USER_ERRORS = (
+    DataError,
+    CheckpointError,
+    ClientFailedError,
+    FileNotFoundError,
+    UnreadableImageError,
+    WeightsUnavailableError,
+    ValueError,
+    TypeError,
+)
 
 
 def import_all_modules() -> list[str]:
@@ -177,11 +189,6 @@ def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     return report
 
 
-def _one_paragraph(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text or type(err).__name__
-
-
 def interrupted_message(err: BaseException) -> str:
     """What to tell the user after Ctrl-C: the checkpointed round and the exact command to continue."""
     run_dir = getattr(err, "run_dir", None)
@@ -218,7 +225,7 @@ def run_tool(name: str, argv: list[str], debug: bool) -> int:
     except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
         if debug or not isinstance(err, USER_ERRORS):
             raise
-        print(f"flsuite {name}: error: {_one_paragraph(err)}", file=sys.stderr)
+        print(f"flsuite {name}: error: {one_paragraph(err)}", file=sys.stderr)
         return 2
 
 
@@ -233,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = main_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     files = config_files(argv)
+    parsed = None
     try:
         check_config_files(files)
-        cfg = parser.parse_args(argv)
+        cfg = parsed = parser.parse_args(argv)
         commands = {"fit": run_fit, "features": run_features}
         subparser = parser._subcommands_action._name_parser_map[cfg.command]
         commands[cfg.command](subparser, cfg[cfg.command])
@@ -245,24 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, RunInterrupted) as err:
         print(interrupted_message(err), file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
-        if debug or not isinstance(err, (*USER_ERRORS, _argument_error())):
+    except Exception as caught:  # noqa: BLE001 - turned into a one-line message below
+        if debug or not isinstance(caught, (*USER_ERRORS, argument_errors())):
             raise
-        message = _one_paragraph(err)
-        if isinstance(err, _argument_error()):
-            message += blame_config_file(message, files)
-        if isinstance(err, UnreadableImageError):
-            message += " (set data.init_args.skip_unreadable: true to drop unreadable images with a warning)"
-        print(f"flsuite: error: {message}", file=sys.stderr)
+        print(f"flsuite: error: {user_error_message(caught, files, argv, parsed)}", file=sys.stderr)
         return 2
-
-
-def _argument_error() -> type[BaseException]:
-    from argparse import ArgumentError
-
-    from jsonargparse import ArgumentError as JArgumentError
-
-    return (ArgumentError, JArgumentError)  # type: ignore[return-value]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The `--config` files of a command line: which they are, a clear error for one that is not a YAML mapping, and which
-of them holds a key jsonargparse did not know (so its error can name the file)."""
+of them (or which command-line flag) set the key of a config error: an unknown key, or a value of the wrong type (so
+the error can name the file)."""
 
 from __future__ import annotations
 
@@ -41,17 +42,53 @@ def check_config_files(files: list[Path]) -> None:
             raise ValueError(f"config file {path} must hold a mapping of keys (e.g. `rounds: 10`), not a {type(content).__name__}")
 
 
-def blame_config_file(message: str, files: list[Path]) -> str:
-    """For an unknown-key error, the config file(s) that hold that key, as " (in FILE)"; "" when none is found."""
+def parser_key(message: str) -> str | None:
+    """The dotted config key a jsonargparse error is about ('Parser key "data": ... Parser key "partition"' ->
+    `data.init_args.partition`); None when the message names none."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    return ".init_args.".join(keys) if keys else None
+
+
+def _sets(flat_keys: list[str], key: str) -> bool:
+    return any(f == key or f.startswith(key + ".") for f in flat_keys)
+
+
+def _flat_keys(path: Path) -> list[str]:
+    try:
+        return list(flatten(yaml.safe_load(path.read_text()) or {}))
+    except (OSError, yaml.YAMLError):
+        return []
+
+
+def setter_of(key: str, argv: list[str]) -> str | None:
+    """Where the value of dotted `key` that took effect was set, as "in FILE" or "on the command line": the last
+    `--config` file or flag (in argv's order, as jsonargparse applies them) that sets it or a key under it; None when
+    nothing sets it (a default)."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv) or arg.startswith("--config="):
+            path = Path(argv[i + 1] if arg == "--config" else arg.split("=", 1)[1])
+            if _sets(_flat_keys(path), key):
+                found = f"in {path}"
+        elif arg.startswith("--") and (_sets([flag := arg[2:].split("=", 1)[0]], key) or key.startswith(flag + ".")):
+            found = "on the command line"
+    return found
+
+
+def blame_config_file(message: str, files: list[Path], argv: list[str] | None = None) -> str:
+    """Where the key of a config error was set, as " (in FILE)"; "" when none is found. An unknown key: every config
+    file holding it. A wrong value (`Parser key "rounds": Expected a <class 'int'>`): the file, or the command-line
+    flag, whose value took effect (`setter_of`; with `argv`, else the last of `files` that sets it)."""
     keys = set(re.findall(r"[Oo]ption '([^']+)'", message))
     if not keys:
-        return ""
+        key = parser_key(message)
+        if key is None:
+            return ""
+        where = setter_of(key, argv if argv is not None else [a for f in files for a in ("--config", str(f))])
+        return f" ({where})" if where else ""
     holders = []
     for path in files:
-        try:
-            flat = flatten(yaml.safe_load(path.read_text()) or {})
-        except (OSError, yaml.YAMLError):
-            continue
+        flat = _flat_keys(path)
         if any(f == k or f.endswith("." + k) or k.rsplit(".", 1)[-1] in f.split(".") for f in flat for k in keys):
             holders.append(str(path))
     return f" (in {', '.join(holders)})" if holders else ""

@@ -8,6 +8,8 @@ Decisions:
 - A folder "holds a run" when it has `config.yaml`, `metrics.jsonl` or `checkpoints/`. Such a `--run_dir` is refused
   (nothing in it is touched) unless the run is resumed; `config.yaml` is then written with exclusive creation, so of two
   runs racing for one fresh `--run_dir` the second stops.
+- A new run's folder is created only once its data is built and its setup stages ran (`Federation._fit`): a run that
+  fails before that leaves no folder and no W&B run; a `--run_dir` holding a run is still refused first, before any work.
 - `--resume` compares the new resolved config with the checkpointed one, key by key (dotted keys). Keys that only say
   how or where a run is executed and recorded are allowed (`ALLOWED_CHANGES`, plus `rounds` when extended); every
   other difference (seed, data, model, method, local, setup, sampling, evaluation cadence, ... and any key unknown
@@ -78,8 +80,8 @@ def holds_run(run_dir: Path) -> bool:
     return any((Path(run_dir) / marker).exists() for marker in RUN_MARKERS)
 
 
-def claim_run_dir(run_dir: Path) -> Path:
-    """An explicit `--run_dir` for a new run: refused (untouched) if it already holds a run."""
+def check_run_dir_free(run_dir: Path) -> Path:
+    """An explicit `--run_dir` for a new run, checked but not created: refused (untouched) if it already holds a run."""
     run_dir = Path(run_dir)
     if holds_run(run_dir):
         found = [m for m in RUN_MARKERS if (run_dir / m).exists()]
@@ -87,6 +89,13 @@ def claim_run_dir(run_dir: Path) -> Path:
             f"run_dir {run_dir} already holds a run ({', '.join(found)}); continue it with --resume {run_dir}, "
             "or choose another run_dir (or leave it unset for a new folder under output_dir)"
         )
+    return run_dir
+
+
+def create_run_dir(run_dir: Path | None, output_dir: Path, name: str, seed: int) -> Path:
+    """Create a checked run folder (`check_run_dir_free`), or for None a new uniquely named one (`new_run_dir`)."""
+    if run_dir is None:
+        return new_run_dir(output_dir, name, seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 

@@ -16,12 +16,12 @@ EXAMPLE = "flsuite.methods.fedexample.FedExample"
 
 #: Layers, lowest first: a module may import its own layer and the ones below, never one above.
 LAYERS = [
-    ("bottom", ("seeding", "paths", "progress", "interrupts", "runtime", "records")),
+    ("bottom", ("seeding", "paths", "progress", "interrupts", "runtime", "records", "plots")),
     ("data and models", ("data", "models")),
-    ("run services", ("metrics", "tracking", "runfolder")),
+    ("run services", ("metrics", "tracking", "runfolder", "preflight")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
-    ("tools", ("cli", "config_files", "sweep", "compare")),
+    ("tools", ("cli", "config_files", "config_errors", "sweep", "compare")),
 ]
 
 

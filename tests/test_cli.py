@@ -41,6 +41,61 @@ def test_bad_config_gives_a_named_one_paragraph_error(tmp_path, capsys, change, 
     assert err.strip().count("\n") == 0  # one paragraph
 
 
+@pytest.mark.parametrize(
+    ("args", "overlay", "expected"),
+    [
+        (["--method", "FedProxx"], None, ["method: unknown class 'FedProxx' (did you mean FedProx?)", "FedAvg, ", "Scaffold", "(on the command line)"]),
+        (["--model", "Foo"], None, ["model: unknown class 'Foo'; the known classes for model: ", "Linear", "SmallCNN", "(on the command line)"]),
+        (["--executor", "Bar"], None, ["executor: unknown class 'Bar'; the known classes for executor: ", "RayExecutor", "SerialExecutor", "(on the"]),
+        (
+            [],
+            {"method": {"class_path": "flsuite.methods.fedprox.FedProxx"}},
+            ["method: unknown class 'flsuite.methods.fedprox.FedProxx' (did you mean FedProx?)"],
+        ),
+        ([], {"model": {"class_path": "SmallCN"}}, ["model: unknown class 'SmallCN' (did you mean SmallCNN?)"]),
+        (
+            [],
+            {"data": {"class_path": "flsuite.data.benchmarks.Benchmark", "init_args": {"suite": "pacs", "partition": {"class_path": "DomainSkeww"}}}},
+            ["data.init_args.partition: unknown class 'DomainSkeww' (did you mean DomainSkew?)", "Dirichlet, DomainSkew, IID"],
+        ),
+    ],
+)
+def test_unknown_class_name_lists_the_known_ones_and_the_nearest(tmp_path, capsys, args, overlay, expected):
+    """One line naming the key, the nearest known class and every known class, and where it was set; not
+    jsonargparse's union dump. Nothing is built or written."""
+    base = write_config(tmp_path / "base.yaml", {**SMALL, "output_dir": str(tmp_path / "runs")})
+    files = ["--config", str(base)]
+    if overlay is not None:
+        files += ["--config", str(write_config(tmp_path / "overlay.yaml", overlay))]
+        expected = [*expected, f"(in {tmp_path / 'overlay.yaml'})"]
+    code, out, err = run_cli(["fit", *files, *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and out == ""
+    for text in expected:
+        assert text in err
+    assert "Union" not in err and "LazyInstance" not in err and str(base) not in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("overlay", "args", "expected"),
+    [
+        ({"rounds": "ten"}, [], "Parser key \"rounds\": Expected a <class 'int'>. Got value: ten (in OVERLAY)"),
+        ({"local": {"lr": "fast"}}, [], "Parser key \"local.lr\": Expected a <class 'float'>. Got value: fast (in OVERLAY)"),
+        ({"rounds": 4}, ["--rounds", "ten"], "Got value: ten (on the command line)"),
+        ({"rounds": "ten"}, ["--seed", "1"], "Got value: ten (in OVERLAY)"),
+    ],
+)
+def test_a_wrong_type_names_the_config_file_or_flag_that_set_it(tmp_path, capsys, overlay, args, expected):
+    """The value that took effect is blamed: the base also sets `rounds` and `local.lr` (valid), the overlay after it
+    overrides them; a flag after both wins."""
+    base = write_config(tmp_path / "base.yaml", {**SMALL, "rounds": 2, "output_dir": str(tmp_path / "runs")})
+    extra = write_config(tmp_path / "overlay.yaml", overlay)
+    code, _, err = run_cli(["fit", "--config", str(base), "--config", str(extra), *args], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert expected.replace("OVERLAY", str(extra)) in err and str(base) not in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_missing_config_file_is_named(tmp_path, capsys):
     code, _, err = run_cli(["fit", "--config", str(tmp_path / "nope.yaml")], capsys)
     assert code == 2 and "nope.yaml" in err

@@ -316,6 +316,37 @@ def office_config(**init_args) -> dict:
     return {**SMALL, "rounds": 1, "data": data, "model": {"class_path": "flsuite.models.heads.Linear"}}
 
 
+@pytest.mark.parametrize("explicit_run_dir", [False, True])
+def test_missing_data_folder_names_the_key_and_file_and_leaves_no_run_folder(tmp_path, capsys, monkeypatch, explicit_run_dir):
+    """A run that fails before its first round (here: building its data) leaves no run folder and no W&B run: the
+    folder is created only once the data is built (`Federation._fit`)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = write_config(
+        tmp_path / "run.yaml", {**office_config(root=str(tmp_path / "missing")), "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True}}
+    )
+    run_dir = ["--run_dir", str(tmp_path / "run")] if explicit_run_dir else []
+    code, out, err = run_cli(["fit", "--config", str(cfg), *run_dir], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{tmp_path / 'missing'}" in err and f"(data.init_args.root set in {cfg})" in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "run").exists()
+    assert not any(p.name == "wandb" for p in tmp_path.rglob("*"))
+
+
+def test_run_dir_holding_a_run_is_refused_before_the_data_is_built(tmp_path, capsys, monkeypatch):
+    from flsuite.data.builtin import UCIDigitsDomains
+
+    cfg = write_config(tmp_path / "run.yaml", {**SMALL, "rounds": 1})
+    run_dir = tmp_path / "run"
+    assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(run_dir)], capsys)[0] == 0
+
+    def build(self, seed):
+        raise AssertionError("the data was built before the run_dir was refused")
+
+    monkeypatch.setattr(UCIDigitsDomains, "build", build)
+    code, _, err = run_cli(["fit", "--config", str(cfg), "--run_dir", str(run_dir)], capsys)
+    assert code == 2 and "already holds a run" in err
+
+
 def test_relative_data_root_resolves_against_flsuite_data_from_any_working_directory(tmp_path, capsys, monkeypatch):
     make_office_folder(tmp_path / "datasets" / "office")
     cfg = write_config(tmp_path / "run.yaml", office_config(root="office"))

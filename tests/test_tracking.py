@@ -90,7 +90,7 @@ def test_the_partition_plot_of_a_large_federation_is_bounded(tmp_path):
     """One label per client made a 1,000-client run's start-up ~20 s and its figure 300 inches tall."""
     from PIL import Image
 
-    from flsuite.tracking import plot_partition
+    from flsuite.plots import plot_partition
 
     stats = {"clients": [{"client": k, "domain": "d", "per_class": [k % 3, 1, 2]} for k in range(2000)]}
     plot_partition(stats, tmp_path / "p.png")

@@ -7,6 +7,7 @@ the round loop lives). The run holds no method-specific code.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -35,8 +36,9 @@ from flsuite.federation.task import LocalTraining
 from flsuite.interrupts import RunInterrupted, note_run_dir
 from flsuite.metrics import domain_table, final_summary
 from flsuite.models.heads import ModelSpec
+from flsuite.preflight import check_run
 from flsuite.progress import shown as progress_shown
-from flsuite.runfolder import claim_run_dir, new_run_dir, write_config
+from flsuite.runfolder import check_run_dir_free, create_run_dir, write_config
 from flsuite.runtime import ThreadPolicy
 from flsuite.tracking import (
     Tracker,
@@ -137,14 +139,14 @@ class Federation:
         self.threads, self.validation = threads, validation
 
     # ------------------------------------------------------------------------------------------------------------
-    def resolve_run_dir(self, resume: Path | None = None) -> Path:
-        """The run folder: the resumed run's, the configured one (refused if it holds a run), or a new uniquely named
-        one, created here (see flsuite.runfolder)."""
+    def resolve_run_dir(self, resume: Path | None = None) -> Path | None:
+        """The run folder, checked, not created: the resumed run's, the configured one (refused if it holds a run), or
+        None for a new one."""
         if resume is not None:
             return run_dir_of(resolve_checkpoint(resume))
         if self.run_dir is not None:
-            return claim_run_dir(self.run_dir)
-        return new_run_dir(self.output_dir, self.name, self.seed)
+            return check_run_dir_free(self.run_dir)
+        return None
 
     def build_data(self, query=None) -> tuple[FederatedData, dict[str, float | int]]:
         """The federation's data after every setup stage, and the stages' metrics (prefixed by stage name).
@@ -154,8 +156,6 @@ class Federation:
         return self._setup(self.validation.apply(self.data.build(self.seed), self.seed), query)
 
     def _setup(self, fed: FederatedData, query=None) -> tuple[FederatedData, dict[str, float | int]]:
-        import time
-
         metrics: dict[str, float | int] = {}
         for stage in self.setup:
             start = time.perf_counter()
@@ -202,7 +202,10 @@ class Federation:
             return self._fit(resume, config_yaml)
 
     def _fit(self, resume: Path | None, config_yaml: str) -> dict[str, object]:
-        run_dir = self.resolve_run_dir(resume)
+        """Errors before work: the run folder is checked, the settings checked (`flsuite.preflight`), the data built
+        and set up; only then are the folder and the W&B run created (flsuite.runfolder's decisions)."""
+        planned = self.resolve_run_dir(resume)
+        check_run(self.model, self.local.accelerator, self.eval_device)
         loaded = load_checkpoint(resume) if resume is not None else None
         raw = self.validation.apply(self.data.build(self.seed), self.seed)  # held out before any setup stage sees it
         self.threads.apply(self._env(raw).step_flops())
@@ -212,13 +215,15 @@ class Federation:
             state = FederationState.empty()
             if resume is not None and loaded is not None:
                 state = self._resumed_state(resume, fed, loaded)
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir = create_run_dir(planned, self.output_dir, self.name, self.seed)
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
             choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
             write_json(run_dir / "environment.json", environment_info(self.seed) | {"local_loop": choice.as_record()})
-            tracker = Tracker(run_dir, self.wandb, group=self.name, config=_config_dict(config_yaml), labels=run_labels(self.method, self.data, self.setup))
+            tracker = Tracker(
+                run_dir, self.wandb, group=self.name, config=yaml.safe_load(config_yaml or "{}") or {}, labels=run_labels(self.method, self.data, self.setup)
+            )
             try:
                 tracker.log_partition(fed.partition_stats())
                 if self.setup:
@@ -292,7 +297,3 @@ class Federation:
         if state.phase >= len(self.protocol):
             raise ValueError(f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(self.protocol)} phases")
         return state
-
-
-def _config_dict(config_yaml: str) -> dict:
-    return (yaml.safe_load(config_yaml) or {}) if config_yaml else {}

@@ -13,6 +13,10 @@ in the state dict nor communicated.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import pickle
 import urllib.error
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +27,9 @@ from torchvision.models import ResNet18_Weights
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from flsuite.models.heads import ModelSpec
+from flsuite.models.weights import WeightsUnavailableError
+
+log = logging.getLogger(__name__)
 
 #: torchvision's ImageNet normalisation (use it as `mean`/`std` with `pretrained: true`, on images scaled to [0, 1]).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -160,23 +167,40 @@ class ResNet18(_ResNetSpec):
             load_imagenet_weights(model, imagenet_state_dict(self.weights.url))
         return model
 
+    def preflight(self, key: str = "model") -> None:
+        """With `pretrained`, read the ImageNet weights now (from the cache, else downloading them), so that their
+        absence stops the run before any work, naming `<key>.init_args.pretrained`."""
+        if self.pretrained:
+            imagenet_state_dict(self.weights.url, setting=f"{key}.init_args.pretrained")
+
 
 #: ImageNet state dicts read in this process, by URL (each client build of a pretrained model reuses it).
 _STATE_DICTS: dict[str, dict[str, torch.Tensor]] = {}
 
 
-def imagenet_state_dict(url: str) -> dict[str, torch.Tensor]:
-    """The state dict at `url`, through torch.hub's download cache; a clear error when it can be neither read from
-    the cache nor downloaded."""
+def imagenet_state_dict(url: str, setting: str = "the model's pretrained") -> dict[str, torch.Tensor]:
+    """The state dict at `url`, through torch.hub's download cache (`$TORCH_HOME/hub/checkpoints`); when it can be
+    neither read from the cache nor downloaded, a `WeightsUnavailableError` saying where the file must go, or to set
+    `setting` (the config key of `pretrained`) to false."""
     if url not in _STATE_DICTS:
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
         try:
-            _STATE_DICTS[url] = torch.hub.load_state_dict_from_url(url, map_location="cpu", progress=False)
-        except (urllib.error.URLError, OSError, RuntimeError) as err:
-            cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
-            raise RuntimeError(
-                f"cannot load the ImageNet weights {url}: the file is not in torch.hub's cache ({cached}) and "
-                f"downloading it failed ({err}). Download it on a machine with a network and copy it to {cached}, "
-                "or set the model's pretrained: false"
+            if cached.is_file():
+                _STATE_DICTS[url] = torch.hub.load_state_dict_from_url(url, map_location="cpu", progress=False)
+            else:  # torch.hub announces the download on stdout: logged once it succeeded, else replaced by the error
+                with contextlib.redirect_stdout(io.StringIO()):
+                    _STATE_DICTS[url] = torch.hub.load_state_dict_from_url(url, map_location="cpu", progress=False)
+                log.info("downloaded the ImageNet weights %s to %s", url, cached)
+        except (urllib.error.URLError, OSError, RuntimeError, pickle.UnpicklingError, EOFError) as err:
+            problem = (
+                f"the file in torch.hub's cache ({cached}) cannot be read ({err}); delete it to download it again"
+                if cached.is_file()
+                else f"the file is not in torch.hub's cache ({cached}) and downloading it failed ({err})"
+            )
+            raise WeightsUnavailableError(
+                f"cannot load the ImageNet weights {url}: {problem}. Download it on a machine with a network and copy it "
+                f"to {cached} (or point TORCH_HOME at a folder holding hub/checkpoints/{cached.name}), or set {setting}: false",
+                keys=(setting,) if "." in setting else (),
             ) from err
     return _STATE_DICTS[url]
 

