@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,9 +67,18 @@ def stop_processes_naming(text: str, grace_s: float = 15.0) -> None:
             time.sleep(0.2)
 
 
+@dataclass(frozen=True)
+class LocalCluster:
+    """The module's cluster: its address, and how to start its second node again (after a test that loses it)."""
+
+    address: str
+    start_second_node: Callable[[], None]
+
+
 @pytest.fixture(scope="module")
 def two_nodes():
     """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1, in a Ray temp dir of their own.
+    A test that takes the second node down starts it again (`start_second_node`), so the tests hold in any order.
 
     The cluster touches nothing else on the machine, so it can run beside the suite's other Ray tests (each starts its
     own local Ray, on another xdist worker too): its address file lives in that temp dir, where a plain `ray.init()`
@@ -83,8 +94,12 @@ def two_nodes():
     own = ("--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={temp_dir}")
     try:
         ray_cli("start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", *own, env=env)
-        ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
-        yield f"127.0.0.1:{port}"
+
+        def start_second_node() -> None:
+            ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
+
+        start_second_node()
+        yield LocalCluster(f"127.0.0.1:{port}", start_second_node)
     finally:
         stop_processes_naming(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -161,9 +176,9 @@ def wait_for_nodes_alive(cluster: str, expected: int, deadline_s: float, poll_s:
 
 @pytest.mark.slow
 def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes):
-    assert nodes_alive(two_nodes) == 2
+    assert nodes_alive(two_nodes.address) == 2
     fit(tmp_path, "serial", None)
-    done = fit(tmp_path, "cluster", two_nodes, *ON_THE_CLUSTER)
+    done = fit(tmp_path, "cluster", two_nodes.address, *ON_THE_CLUSTER)
     assert "RayExecutor: 2 workers" in done.stderr
     assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
 
@@ -172,11 +187,17 @@ def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp
 def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes):
     method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
     fit(tmp_path, "serial", None, method)  # no KILL_AT in this process's environment: nothing is killed
-    done = fit(tmp_path, "cluster", two_nodes, method, *ON_THE_CLUSTER)
+    assert nodes_alive(two_nodes.address) == 2
+    done = fit(tmp_path, "cluster", two_nodes.address, method, *ON_THE_CLUSTER)
     died = [line for line in done.stderr.splitlines() if "worker died" in line]
     assert died and all("round 2" in line for line in died)  # the client in flight on the lost node, retried elsewhere
     assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
     # the second node really went away: Ray's control service marks it dead some time after its raylet died (its
     # health checks must fail first), so one probe right after the run can still count it; wait for the change
-    waited, seen = wait_for_nodes_alive(two_nodes, 1, deadline_s=NODE_DEATH_DEADLINE_S)
+    waited, seen = wait_for_nodes_alive(two_nodes.address, 1, deadline_s=NODE_DEATH_DEADLINE_S)
     assert seen[-1] == 1, f"the cluster still counted {seen[-1]} nodes alive after {waited:.0f} s (probes saw {seen})"
+    # the cluster as the module's other tests expect it, whatever their order (a random order once ran the two-node
+    # test after this one, against one node)
+    two_nodes.start_second_node()
+    waited, seen = wait_for_nodes_alive(two_nodes.address, 2, deadline_s=NODE_DEATH_DEADLINE_S)
+    assert seen[-1] == 2, f"the second node did not come back within {waited:.0f} s (probes saw {seen})"
