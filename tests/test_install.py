@@ -99,6 +99,14 @@ def test_ci_runs_as_a_stranger_in_a_fresh_clone_with_a_new_home():
     assert test_command in readme and test_command in ci
 
 
+def test_the_tests_run_in_a_random_order_whose_seed_ci_prints():
+    """pytest-randomly (dev extra) shuffles every run of the README's command; CI chooses the seed and prints it, so a
+    verdict that depends on the order shows up and can be replayed (issue 33)."""
+    assert "pytest-randomly" in [canonicalize_name(Requirement(r).name) for r in project()["optional-dependencies"]["dev"]]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "--randomly-seed=$order_seed" in ci and 'echo "ci: tests in random order, seed $order_seed' in ci
+
+
 def test_ci_runs_the_configured_lint_format_and_type_checks_before_the_tests():
     """The habits live in the repository: ruff and mypy are configured in pyproject.toml, pinned in the dev extra (a
     ruff minor release changes its rules and formatting) and run by .ci/run, before the README's test command."""
