@@ -15,8 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Home and work folders of developers' machines (Linux, macOS, Windows); /tmp and system paths are fine in docs.
-MACHINE_PATH = re.compile(r"(?<![\w.~-])(/" + r"work/|/" + r"root/|/" + r"home/[A-Za-z]|/" + r"Users/[A-Za-z]|[A-Z]:\\" + r"Users\\)")
+#: Top folders of developers' machines (Linux, macOS); named without their slash, so this file names no such path.
+MACHINE_TOPS = ("work", "farm", "root", "home", "Users")
+SLASH = "/"
+MACHINE_PATH = re.compile(r"(?<![\w.~-])" + re.escape(SLASH) + "(?:" + "|".join(MACHINE_TOPS) + r")" + re.escape(SLASH) + r"[\w.-]")
 TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".md", ".toml", ".txt", ".cfg", ".ini", ""}
 
 
@@ -68,10 +70,12 @@ def test_no_tracked_file_names_a_developers_machine_path():
 def test_the_checks_catch_what_they_guard(tmp_path):
     """The two detectors on a constructed checkout: an absolute link, a relative link out, a machine path."""
     (tmp_path / "docs").mkdir()
-    (tmp_path / ".cache").symlink_to("/" + "work/cache")
+    machine_cache = SLASH + SLASH.join(("work", "cache"))
+    machine_spec = SLASH + SLASH.join(("work", "shared", "methods", "fedegg.md"))
+    (tmp_path / ".cache").symlink_to(machine_cache)
     (tmp_path / "docs" / "up").symlink_to("../../elsewhere")
     (tmp_path / "docs" / "ok").symlink_to("../README.md")
-    (tmp_path / "docs" / "a.md").write_text("see /" + "work/shared/methods/fedegg.md\nand /tmp/run is fine\nand ~/work/x too\n")
+    (tmp_path / "docs" / "a.md").write_text(f"see {machine_spec}\nand {SLASH}tmp{SLASH}run is fine\nand ~{machine_cache} too\n")
     files = [("120000", ".cache"), ("120000", "docs/up"), ("120000", "docs/ok"), ("100644", "docs/a.md")]
-    assert escaping_links(files, tmp_path) == [".cache -> /" + "work/cache", "docs/up -> ../../elsewhere"]
-    assert machine_paths(files, tmp_path) == ["docs/a.md:1: see /" + "work/shared/methods/fedegg.md"]
+    assert escaping_links(files, tmp_path) == [f".cache -> {machine_cache}", "docs/up -> ../../elsewhere"]
+    assert machine_paths(files, tmp_path) == [f"docs/a.md:1: see {machine_spec}"]
