@@ -28,6 +28,11 @@ every variant's validation AVG) and its choice. The test set never takes part in
 validation split (`validation.fraction` > 0 in the base, an overlay or the flags after `--`): without one the study
 stops before running anything. `--select_seeds 0` runs the grid on seed 0 only and chooses there; the chosen variants
 then also run on the other `--seeds`, and the test table is theirs over all seeds (the grid table: over seed 0).
+
+`--wandb_report` (the extra `pip install "flsuite[dashboard]"`) publishes the table and the convergence plot as a W&B
+report over the study's runs (`flsuite compare --wandb-report`); its runs then log to W&B under the group `--name`
+(offline into their folders: `wandb sync` uploads them), and with W&B offline the report's spec is written next to
+`--out` (`<out>.wandb_report.json`).
 """
 
 from __future__ import annotations
@@ -55,11 +60,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "base"
 
 
-def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str]) -> list[str]:
+def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> list[str]:
+    """The run's `flsuite fit` command; with `wandb_group` the run logs to W&B under that group (for a report)."""
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(base)]
     for item in filter(None, overlay.split(",")):
         cmd += [item] if item.startswith("--") else ["--config", item]
-    common = ["--seed", str(seed), "--progress", "false", "--wandb.enabled", "false", *extra]
+    wandb = ["--name", wandb_group, "--wandb.enabled", "true"] if wandb_group else ["--wandb.enabled", "false"]
+    common = ["--seed", str(seed), "--progress", "false", *wandb, *extra]
     if (run_dir / "checkpoints" / "last.pt").is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
         return cmd + ["--resume", str(run_dir), *common]
     if run_dir.exists():  # started but never checkpointed: nothing to keep
@@ -184,11 +191,16 @@ def main() -> None:
     ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
     ap.add_argument("--select_on", choices=["val"], help="per method group, keep the variant with the best validation AVG (see above)")
     ap.add_argument("--select_seeds", type=int, nargs="+", help="with --select_on: the seeds every grid variant runs on and is chosen on (default: --seeds)")
+    ap.add_argument("--wandb_report", action="store_true", help="publish the table as a W&B report (offline: its spec next to --out; see above)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     runs = args.runs / args.name
+    if args.wandb_report:
+        from flsuite.dashboard.spec import require_library
+
+        require_library()  # before any run
     check_same_flags(runs, extra)
     if args.select_on and (none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]):
         sys.exit(f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)")
@@ -213,7 +225,11 @@ def main() -> None:
         run_dir = runs / slug(label) / f"seed{seed}"
         if (run_dir / "summary.json").is_file():  # finished meanwhile (e.g. by another study of the same name)
             return label, seed, 0
-        code = run(fit_command(args.base, overlay, seed, run_dir, extra), runs / slug(label) / f"seed{seed}.log", parallel=args.workers)
+        code = run(
+            fit_command(args.base, overlay, seed, run_dir, extra, args.name if args.wandb_report else None),
+            runs / slug(label) / f"seed{seed}.log",
+            parallel=args.workers,
+        )
         print(f"{label} seed {seed}: exit {code}", flush=True)
         return label, seed, code
 
@@ -233,6 +249,12 @@ def main() -> None:
         result.plot(png)
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(result.html(args.name, png.getvalue()))
+    if args.wandb_report:
+        from flsuite.dashboard.publish import publish
+
+        shown = select(variants, select_seeds, runs)[0] if args.select_on else variants
+        spec_file = args.out.with_suffix(".wandb_report.json") if args.out else runs / "wandb_report.json"
+        print(f"W&B report: {publish(comparison(shown, args.seeds, runs), args.name, command, spec_file)}")
     if failed:
         sys.exit(f"failed runs: {failed}")
 

@@ -209,6 +209,7 @@ def interrupted_message(err: BaseException) -> str:
 TOOLS = {
     "sweep": ("flsuite.sweep", "Run a W&B sweep file offline on optuna (SQLite study, resumable): flsuite sweep sweeps/<file>.yaml."),
     "compare": ("flsuite.compare", "Compare methods across run folders, globs or study folders (Markdown, HTML, PNG)."),
+    "dashboard": ("flsuite.dashboard", 'Build the W&B workspace that compares methods (or a sweep\'s view); needs pip install "flsuite[dashboard]".'),
 }
 
 

@@ -23,6 +23,9 @@ The summary (`flsuite.metrics.final_summary`): `last<k>/<acc key>` (averages ove
 `last<k>/rounds`, `last/<acc key>`, `best/acc_mean`, `best/round`, `rounds_to_target`, `target_acc`, and the byte
 totals of client queries `query/<query name>/{calls,bytes_up,bytes_down}`; `setup.json` holds the setup stages'
 `setup/<stage>/<metric>`.
+
+W&B also receives `total/bytes_up` and `total/bytes_down` with each round (the tracker's running totals, not in
+metrics.jsonl), and the methods' own diagnostics below are declared here for dashboards (`flsuite.dashboard`).
 """
 
 from __future__ import annotations
@@ -54,9 +57,50 @@ QUERY_PREFIX, SETUP_PREFIX = "query/", "setup/"
 #: After a last-k prefix (`last5/rounds`): how many evaluated rounds the last-k averages cover.
 LAST_K_ROUNDS = "rounds"
 
+#: W&B-only history keys (`flsuite.tracking`, not in metrics.jsonl): the bytes of every `Rounds` phase's rounds so far,
+#: logged beside each round, because a W&B line plot cannot cumulate a metric (dashboards' cumulative communication).
+TOTAL_BYTES_UP, TOTAL_BYTES_DOWN = "total/bytes_up", "total/bytes_down"
+
+# Methods' own diagnostics, declared here so dashboards name them from one place (their writers are named; a test
+# compares these with what a real run of each method logs).
+#: FedEGG (a server step named `fedegg`): the guiding update's size relative to the round's aggregated update (0 in
+#: unguided rounds) and whether the round was guided (`gate`, 0 or 1) — flsuite/methods/fedegg.py `FedEGG.step`.
+FEDEGG_UPDATE_RATIO, FEDEGG_GATE = "server/fedegg/update_ratio", "server/fedegg/gate"
+#: FedCiR: each weighted term's share of the clients' loss, λ_t L_t / L — flsuite/methods/fedcir_terms.py.
+FEDCIR_LOSS_SHARES = ("client/fedcir/reg_loss_share", "client/fedcir/align_loss_share")
+#: FKPL's per-stage costs (summary and setup.json, Tables 9–10) — flsuite/methods/fkpl_calibrate.py `stage_costs`.
+FKPL_STAGE_BYTES_UP = ("fkpl/stage0/bytes_up", "fkpl/stage1/bytes_up", "fkpl/stage2/bytes_up")
+FKPL_STAGE_BYTES_DOWN = ("fkpl/stage1/bytes_down", "fkpl/stage2/bytes_down", "fkpl/stage2/encoder_bytes_down")
+FKPL_STAGE_SECONDS = ("fkpl/stage0/time/cluster_s", "fkpl/stage1/time_s", "fkpl/stage2/time/head_fit_s")
+
 #: Keys a round record carries every evaluated round (what a sweep can report per round); everything else is a
 #: summary key.
 PER_ROUND = re.compile(r"acc/.+|acc_mean|acc_std|acc_std_sample|train_loss")
+
+
+def declared_names() -> frozenset[str]:
+    """Every key this module names as a constant (single keys and the methods' key tuples), prefixes left out."""
+    names: set[str] = set()
+    for name, value in globals().items():
+        if name.isupper() and isinstance(value, str) and not value.endswith("/"):
+            names.add(value)
+        elif name.isupper() and isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            names.update(value)
+    return frozenset(names)
+
+
+def is_declared(key: str) -> bool:
+    """Whether `key` is a key of this schema: a declared name, `acc/<domain>`, or either under `val/` and under a
+    summary prefix (`last<k>/`, `last/`, `best/`), e.g. `last5/val/acc/mnist`."""
+    base = round_key_of(key).removeprefix(VAL_PREFIX)
+    return base in declared_names() or (base.startswith(ACC_PREFIX) and len(base) > len(ACC_PREFIX))
+
+
+def round_bytes(record: Mapping[str, Any]) -> tuple[float, float]:
+    """(bytes up, bytes down) of the rounds a record holds: every prefix under which it has `<prefix>clients` and
+    `<prefix>bytes_up` ("" for plain rounds, `expert<v>/` for FKPL's); (0, 0) for other records."""
+    prefixes = [k.removesuffix(CLIENTS) for k in record if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
+    return (sum(float(record[f"{p}{BYTES_UP}"]) for p in prefixes), sum(float(record.get(f"{p}{BYTES_DOWN}", 0)) for p in prefixes))
 
 
 def is_accuracy_key(key: str) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 
 from flsuite.interrupts import RunInterrupted
 from flsuite.plots import plot_convergence, plot_partition
-from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, summary_prefix
+from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, TOTAL_BYTES_DOWN, TOTAL_BYTES_UP, round_bytes, summary_prefix
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,30 @@ def wandb_scalars(record: Mapping[str, Any]) -> dict[str, float | int]:
     return out
 
 
+@dataclass
+class RoundTraffic:
+    """The bytes of the run's rounds so far, logged to W&B beside each round (`total/bytes_up`, `total/bytes_down`):
+    W&B's line plots cannot cumulate a metric. W&B only, so metrics.jsonl keeps exactly the round records."""
+
+    up: float = 0.0
+    down: float = 0.0
+
+    def add(self, record: Mapping[str, Any]) -> dict[str, float]:
+        """Count a record's rounds; their running totals, or nothing for a record that holds no round."""
+        up, down = round_bytes(record)
+        if not (up or down):
+            return {}
+        self.up, self.down = self.up + up, self.down + down
+        return {TOTAL_BYTES_UP: self.up, TOTAL_BYTES_DOWN: self.down}
+
+
+def wandb_history(history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> list[dict[str, float | int]]:
+    """What `Tracker.log_round` sends W&B for these records, one dict per record (a run folder replayed, e.g. to list
+    the keys a run logs without W&B)."""
+    traffic = RoundTraffic()
+    return [wandb_scalars({**record, **timing, **traffic.add(record)}) for record, timing in zip(history, timings)]
+
+
 class Tracker:
     """Writes the run folder and mirrors metrics to W&B (x-axis = round).
 
@@ -157,6 +181,7 @@ class Tracker:
         self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wandb_run = None
+        self.traffic = RoundTraffic()
         if wandb_cfg.enabled:
             self.wandb_run = self._init_wandb(wandb_cfg, group, config, dict(labels or {}))
 
@@ -227,13 +252,17 @@ class Tracker:
             f.write(json.dumps(record) + "\n")
         with open(self.run_dir / "timings.jsonl", "a") as f:
             f.write(json.dumps(timing) + "\n")
+        totals = self.traffic.add(record)
         if self.wandb_run is not None:
-            self.wandb_run.log(wandb_scalars({**record, **timing}))
+            self.wandb_run.log(wandb_scalars({**record, **timing, **totals}))
 
     def rewrite_history(self, history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> None:
         """On resume: the files hold exactly the checkpointed rounds (a killed run may have logged more)."""
         (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
         (self.run_dir / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
+        self.traffic = RoundTraffic()
+        for record in history:
+            self.traffic.add(record)
 
     def finish(self, summary: Mapping[str, Any], table: str, history: Sequence[Mapping[str, Any]], domains: Sequence[str]) -> None:
         write_json(self.run_dir / "summary.json", summary)

@@ -1,8 +1,11 @@
-"""`flsuite compare RUNS... [--out DIR] [--target ACC] [--title T] [--by folder|KEY...]`: the command line."""
+"""`flsuite compare RUNS... [--out DIR] [--target ACC] [--title T] [--by folder|KEY...] [--wandb-report]`: the command
+line."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,11 +29,22 @@ def parser() -> argparse.ArgumentParser:
         help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
         "by experiment (equal configs but for the seed and where/how a run executed)",
     )
+    ap.add_argument(
+        "--wandb-report",
+        action="store_true",
+        help='publish the comparison as a W&B report over the same runs (online), or write its spec wandb_report.json into --out (offline); needs pip install "flsuite[dashboard]"',
+    )
+    ap.add_argument("--project", help="with --wandb-report: the W&B project (default: the runs' wandb.project)")
+    ap.add_argument("--entity", help="with --wandb-report: the W&B entity (default: the runs' wandb.entity, else yours)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.wandb_report:
+        from flsuite.dashboard.spec import require_library
+
+        require_library()  # before any work
     runs, skipped = find_runs(args.runs)
     if args.by == ["folder"]:
         groups, across_configs = group_by_parent(runs), False
@@ -45,4 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {', '.join(str(p) for p in files.values())}")
     else:
         print(comparison.markdown(args.title))
+    if args.wandb_report:
+        from flsuite.dashboard.publish import REPORT_FILE, publish
+
+        command = "flsuite compare " + shlex.join(sys.argv[2:] if argv is None else list(argv))
+        print(f"W&B report: {publish(comparison, args.title, command, args.out and args.out / REPORT_FILE, args.project, args.entity)}")
     return 0
