@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 ROUND = "round"
@@ -101,6 +102,23 @@ def round_bytes(record: Mapping[str, Any]) -> tuple[float, float]:
     `<prefix>bytes_up` ("" for plain rounds, `expert<v>/` for FKPL's); (0, 0) for other records."""
     prefixes = [k.removesuffix(CLIENTS) for k in record if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
     return (sum(float(record[f"{p}{BYTES_UP}"]) for p in prefixes), sum(float(record.get(f"{p}{BYTES_DOWN}", 0)) for p in prefixes))
+
+
+@dataclass
+class RoundTraffic:
+    """The bytes of the run's rounds so far, logged to W&B beside each round (`total/bytes_up`, `total/bytes_down`):
+    W&B's line plots cannot cumulate a metric. W&B only, so metrics.jsonl keeps exactly the round records."""
+
+    up: float = 0.0
+    down: float = 0.0
+
+    def add(self, record: Mapping[str, Any]) -> dict[str, float]:
+        """Count a record's rounds; their running totals, or nothing for a record that holds no round."""
+        up, down = round_bytes(record)
+        if not (up or down):
+            return {}
+        self.up, self.down = self.up + up, self.down + down
+        return {TOTAL_BYTES_UP: self.up, TOTAL_BYTES_DOWN: self.down}
 
 
 def is_accuracy_key(key: str) -> bool:

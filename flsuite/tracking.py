@@ -28,7 +28,7 @@ import numpy as np
 
 from flsuite.interrupts import RunInterrupted
 from flsuite.plots import plot_convergence, plot_partition
-from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, TOTAL_BYTES_DOWN, TOTAL_BYTES_UP, round_bytes, summary_prefix
+from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, RoundTraffic, summary_prefix
 
 log = logging.getLogger(__name__)
 
@@ -144,23 +144,6 @@ def wandb_scalars(record: Mapping[str, Any]) -> dict[str, float | int]:
         elif isinstance(value, Mapping):
             out.update({f"{key}/{k}": v for k, v in value.items() if _is_number(v)})
     return out
-
-
-@dataclass
-class RoundTraffic:
-    """The bytes of the run's rounds so far, logged to W&B beside each round (`total/bytes_up`, `total/bytes_down`):
-    W&B's line plots cannot cumulate a metric. W&B only, so metrics.jsonl keeps exactly the round records."""
-
-    up: float = 0.0
-    down: float = 0.0
-
-    def add(self, record: Mapping[str, Any]) -> dict[str, float]:
-        """Count a record's rounds; their running totals, or nothing for a record that holds no round."""
-        up, down = round_bytes(record)
-        if not (up or down):
-            return {}
-        self.up, self.down = self.up + up, self.down + down
-        return {TOTAL_BYTES_UP: self.up, TOTAL_BYTES_DOWN: self.down}
 
 
 def wandb_history(history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> list[dict[str, float | int]]:

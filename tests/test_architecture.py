@@ -21,7 +21,7 @@ LAYERS = [
     ("run services", ("metrics", "tracking", "runfolder", "preflight")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
-    ("tools", ("cli", "config_files", "config_errors", "sweep", "compare")),
+    ("tools", ("cli", "config_files", "config_errors", "sweep", "compare", "dashboard")),
 ]
 
 
