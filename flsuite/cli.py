@@ -10,10 +10,15 @@ so jsonargparse knows every subclass and `flsuite fit --help` lists them. Errors
 offending key and the file (or flag) that set it and exit with status 2, before any work where they can be found then
 (flsuite.preflight; docs/errors.md); set FLSUITE_DEBUG=1 for the full traceback. Ctrl-C during `fit` writes
 the last completed round's checkpoint and exits with status 130 (see flsuite.interrupts).
+
+Start-up: each command imports what it runs (no torch or Lightning for `--version`, `--help` or the tools); `fit --help`
+is cached (`flsuite.config_files.caching_help`); `features` on a filled cache answers from its index before any parser.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -24,7 +29,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -32,29 +37,28 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 import flsuite
 from flsuite import progress
 from flsuite.config_errors import argument_errors, one_paragraph, user_error_message
-from flsuite.config_files import check_config_files, config_files
-from flsuite.data.base import DataError
-from flsuite.data.image_folder import UnreadableImageError
-from flsuite.federation.checkpoint import CHECKPOINT_NAME, CheckpointError, resolve_checkpoint, run_dir_of, saved_config
-from flsuite.federation.run import ClientFailedError, Federation
+from flsuite.config_files import cached_help, caching_help, check_config_files, config_files, is_help_request
+from flsuite.data import cache_index  # stats and JSON only
 from flsuite.interrupts import EXIT_INTERRUPTED, RunInterrupted, sigint_raises_run_interrupted
-from flsuite.models.weights import WeightsUnavailableError
 from flsuite.runfolder import check_resume_config, flatten, previous_config
 from flsuite.runtime import keep_freed_memory
 
+if TYPE_CHECKING:
+    from flsuite.federation.run import Federation
+
 log = logging.getLogger("flsuite")
 
-#: Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message.
-USER_ERRORS = (
-    DataError,
-    CheckpointError,
-    ClientFailedError,
-    FileNotFoundError,
-    UnreadableImageError,
-    WeightsUnavailableError,
-    ValueError,
-    TypeError,
-)
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message (imported
+    when an error is being reported: their modules import torch)."""
+    from flsuite.data.base import DataError
+    from flsuite.data.image_folder import UnreadableImageError
+    from flsuite.federation.checkpoint import CheckpointError
+    from flsuite.federation.run import ClientFailedError
+    from flsuite.models.weights import WeightsUnavailableError
+
+    return (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, WeightsUnavailableError, ValueError, TypeError)
 
 
 def import_all_modules() -> list[str]:
@@ -85,6 +89,8 @@ def version() -> str:
 
 
 def fit_parser() -> ArgumentParser:
+    from flsuite.federation.run import Federation
+
     import_all_modules()
     parser = ArgumentParser(
         prog="flsuite fit",
@@ -104,13 +110,16 @@ def fit_parser() -> ArgumentParser:
     return parser
 
 
-def main_parser() -> ArgumentParser:
+def main_parser(commands: Sequence[str] = ("fit", "features")) -> ArgumentParser:
+    """The `flsuite` parser; of `fit` and `features`, only those in `commands` get their real (heavy) parser, the others
+    a placeholder that only lists them."""
     parser = ArgumentParser(prog="flsuite", description="Federated learning experiments on heterogeneous clients.", exit_on_error=False)
     parser.add_argument("--version", action="version", version=f"flsuite {version()}")
     subcommands = parser.add_subcommands(dest="command")
-    subcommands.add_subcommand("fit", fit_parser(), help="Run a federation from a YAML config.")
+    parser_of = {name: fit_parser() if name in commands else ArgumentParser(exit_on_error=False) for name in ("fit", "features")}
+    subcommands.add_subcommand("fit", parser_of["fit"], help="Run a federation from a YAML config.")
     subcommands.add_subcommand(
-        "features", fit_parser(), help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
+        "features", parser_of["features"], help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
     )
     for name, (_, help_text) in TOOLS.items():  # listed in `flsuite --help`; `main` hands them to their own parsers
         subcommands.add_subcommand(name, ArgumentParser(prog=f"flsuite {name}", exit_on_error=False), help=help_text)
@@ -127,6 +136,8 @@ def resolved_config_yaml(parser: ArgumentParser, cfg: Namespace) -> str:
 
 
 def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
+    from flsuite.federation.run import Federation
+
     init = parser.instantiate(cfg)
     names = [p for p in inspect.signature(Federation.__init__).parameters if p != "self"]
     return Federation(**{name: init[name] for name in names})
@@ -149,6 +160,8 @@ def option_defaults() -> dict[str, Any]:
 def check_resume(resume: Path, config_yaml: str) -> None:
     """`--resume` continues the same experiment: the checkpoint's config (else its folder's config.yaml) against the
     resolved one, before anything is built or written (`flsuite.runfolder.check_resume_config`)."""
+    from flsuite.federation.checkpoint import resolve_checkpoint, run_dir_of, saved_config
+
     checkpoint = resolve_checkpoint(resume)
     old = previous_config(saved_config(checkpoint), run_dir_of(checkpoint))
     check_resume_config(old, config_yaml, resume, defaults=option_defaults)
@@ -165,12 +178,19 @@ def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
     return summary
 
 
-def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
+def run_features(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str] = ()) -> dict[str, object]:
     """Build (and so embed and cache) the federation's data exactly as `fit` would, and report what was built; with
-    the config's `progress`, bars on stderr as in `fit`."""
+    the config's `progress`, bars on stderr as in `fit`. A build the feature cache's index holds as unchanged is
+    reported from it (`flsuite.data.cache_index`); a finished build of an indexable source is recorded in it."""
+    start = time.perf_counter()
+    resolved = yaml.safe_load(resolved_config_yaml(parser, cfg))
+    keys = [cache_index.request_key(resolved), *([cache_index.command_line_key(argv, config_files(list(argv)))] if argv else [])]
+    cache_dir = cache_index.resolved_cache_dir(resolved)
+    if cache_dir is not None and (hit := cache_index.lookup(cache_dir, keys[0])) is not None:
+        return cache_index.rewrite(cache_dir, keys[1:], hit).answer(start)
     init = parser.instantiate(cfg)
     start = time.perf_counter()
-    with progress.shown(cfg.progress):
+    with progress.shown(cfg.progress), cache_index.recording() as used:
         data = init.validation.apply(init.data.build(cfg.seed), cfg.seed)
     seconds = time.perf_counter() - start
     n_train = sum(len(c.train) for c in data.clients)
@@ -186,6 +206,8 @@ def run_features(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
         "samples_per_s": round((n_train + n_test + n_val) / max(seconds, 1e-9), 1),
     }
     print(json.dumps(report, indent=2))
+    if cache_dir is not None and used and (folders := init.data.source_folders()) is not None:
+        cache_index.record(cache_dir, keys, sum(rows for _, rows in used), report, folders, [path for path, _ in used])
     return report
 
 
@@ -194,6 +216,8 @@ def interrupted_message(err: BaseException) -> str:
     run_dir = getattr(err, "run_dir", None)
     if run_dir is None:
         return "flsuite: interrupted"
+    from flsuite.federation.checkpoint import CHECKPOINT_NAME
+
     if not (Path(run_dir) / "checkpoints" / CHECKPOINT_NAME).is_file():
         return (
             f"flsuite: interrupted before a round was checkpointed (run folder {run_dir}); nothing to continue, "
@@ -224,13 +248,14 @@ def run_tool(name: str, argv: list[str], debug: bool) -> int:
         print(f"flsuite {name}: interrupted" + ("; rerun the same command to resume the sweep" if name == "sweep" else ""), file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
-        if debug or not isinstance(err, USER_ERRORS):
+        if debug or not isinstance(err, user_errors()):
             raise
         print(f"flsuite {name}: error: {one_paragraph(err)}", file=sys.stderr)
         return 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    start = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     keep_freed_memory()
@@ -238,14 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     tool_argv = sys.argv[1:] if argv is None else list(argv)
     if tool_argv and tool_argv[0] in TOOLS:  # sweep / compare: their own parsers
         return run_tool(tool_argv[0], tool_argv[1:], debug)
-    parser = main_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if is_help_request(argv) and (text := cached_help(argv)) is not None:
+        sys.stdout.write(text)
+        return 0
     files = config_files(argv)
+    if argv[:1] == ["features"] and (hit := cache_index.lookup_command_line(argv[1:], files)) is not None:
+        hit.answer(start)
+        return 0
+    parser = main_parser(argv[:1])
     parsed = None
     try:
         check_config_files(files)
-        cfg = parsed = parser.parse_args(argv)
-        commands = {"fit": run_fit, "features": run_features}
+        with caching_help(argv) if is_help_request(argv) else contextlib.nullcontext():
+            cfg = parsed = parser.parse_args(argv)
+        commands: dict[str, Any] = {"fit": run_fit, "features": functools.partial(run_features, argv=argv[1:])}
         subparser = parser._subcommands_action._name_parser_map[cfg.command]
         commands[cfg.command](subparser, cfg[cfg.command])
         return 0
@@ -255,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(interrupted_message(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as caught:  # noqa: BLE001 - turned into a one-line message below
-        if debug or not isinstance(caught, (*USER_ERRORS, argument_errors())):
+        if debug or not isinstance(caught, (*user_errors(), argument_errors())):
             raise
         print(f"flsuite: error: {user_error_message(caught, files, argv, parsed)}", file=sys.stderr)
         return 2

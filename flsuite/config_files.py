@@ -1,15 +1,29 @@
 """The `--config` files of a command line: which they are, a clear error for one that is not a YAML mapping, and which
 of them (or which command-line flag) set the key of a config error: an unknown key, or a value of the wrong type (so
-the error can name the file)."""
+the error can name the file). And the one other file a command line reads: the cached text of `flsuite fit --help`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
+import os
 import re
+import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
+from flsuite.paths import code_fingerprint, user_cache_dir
 from flsuite.runfolder import flatten
+
+#: The help requests whose text is cached: `flsuite fit --help` needs every flsuite module (and so torch and
+#: Lightning, ~6 s) imported to list the subclasses; the cached text is printed in a fraction of a second.
+HELP_COMMANDS, HELP_FLAGS = ("fit", "features"), ("-h", "--help")
 
 
 def config_files(argv: list[str]) -> list[Path]:
@@ -92,3 +106,43 @@ def blame_config_file(message: str, files: list[Path], argv: list[str] | None = 
         if any(f == k or f.endswith("." + k) or k.rsplit(".", 1)[-1] in f.split(".") for f in flat for k in keys):
             holders.append(str(path))
     return f" (in {', '.join(holders)})" if holders else ""
+
+
+def is_help_request(argv: list[str]) -> bool:
+    """`flsuite fit --help` (or `features`, or `-h`) and nothing else: the requests whose text is cached."""
+    return len(argv) == 2 and argv[0] in HELP_COMMANDS and argv[1] in HELP_FLAGS
+
+
+def help_file(argv: list[str]) -> Path:
+    """Where the help text of `argv` is cached: keyed by the request, the running code (`code_fingerprint`: any edit of
+    flsuite or any package installed invalidates it) and what argparse formats by (the terminal's width, colour)."""
+    state = [argv, code_fingerprint(), shutil.get_terminal_size().columns, [os.environ.get(k) for k in ("NO_COLOR", "FORCE_COLOR")]]
+    return user_cache_dir() / "help" / f"{hashlib.blake2b(json.dumps(state).encode(), digest_size=16).hexdigest()}.txt"
+
+
+def cached_help(argv: list[str]) -> str | None:
+    """The cached help text of `argv`, or None (not cached yet, or the cache is unreadable)."""
+    try:
+        return help_file(argv).read_text()
+    except (OSError, RuntimeError):  # RuntimeError: no home folder to find the cache in
+        return None
+
+
+@contextlib.contextmanager
+def caching_help(argv: list[str]) -> Iterator[None]:
+    """Print what the block prints to stdout (a parser's help) and keep it as `argv`'s cached help; a cache that cannot
+    be written is skipped silently (the help was printed)."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    finally:
+        text = buffer.getvalue()
+        sys.stdout.write(text)
+        if text:
+            with contextlib.suppress(OSError, RuntimeError):
+                path = help_file(argv)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(text)
+                os.replace(tmp, path)

@@ -36,3 +36,34 @@ def data_path(path: str | Path) -> Path:
 def cache_path(path: str | Path) -> Path:
     """A cache path from a config: relative → under `$FLSUITE_CACHE` (default: the working directory)."""
     return _resolve(path, CACHE_ENV)
+
+
+#: Where flsuite keeps its per-user cache (help texts), if set; the tests point it at a folder of their own.
+USER_CACHE_ENV = "FLSUITE_USER_CACHE"
+
+
+def user_cache_dir() -> Path:
+    """flsuite's per-user cache (help texts): `$FLSUITE_USER_CACHE`, else `$XDG_CACHE_HOME/flsuite`, default
+    `~/.cache/flsuite`."""
+    if folder := os.environ.get(USER_CACHE_ENV):
+        return Path(folder)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flsuite"
+
+
+def code_fingerprint() -> str:
+    """A digest of the code that is running: Python's version, every flsuite source file's (path, size, mtime) and the
+    mtime of every folder on `sys.path` but the first (the script's folder or the working directory); installing,
+    upgrading or removing a package changes its folder's mtime. What is cached from the code's output (help texts, the
+    feature cache's index) holds only under the same digest. A few hundred `stat` calls, ~5 ms."""
+    import hashlib
+    import sys
+
+    package = Path(__file__).resolve().parent
+    state: list[object] = [sys.version, str(package)]
+    for path in sorted(package.rglob("*.py")):
+        st = path.stat()
+        state.append((str(path.relative_to(package)), st.st_size, st.st_mtime_ns))
+    for entry in sys.path[1:]:
+        if os.path.isdir(entry):
+            state.append((entry, os.stat(entry).st_mtime_ns))
+    return hashlib.blake2b(repr(state).encode(), digest_size=16).hexdigest()

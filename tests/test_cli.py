@@ -126,6 +126,7 @@ def test_quickstart_config_parses():
     assert fed.rounds >= 10 and len(fed.data.build(fed.seed).clients) == 8
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     """A real kill -9 of `flsuite fit` mid-run, then `--resume <run folder>`: the same metrics as a full run."""
     rounds = 40
@@ -188,3 +189,22 @@ def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
     for overlay in (ROOT / "configs" / "ggeur").glob("with_*.yaml"):
         with_ggeur = parser.parse_args(["--config", str(path), "--config", str(overlay)])
         assert with_ggeur.setup[0].class_path == "flsuite.methods.ggeur.GGEUR"
+
+
+def test_version_and_help_import_no_torch_or_lightning(tmp_path):
+    """`flsuite --version`, `--help` and the tools' `--help` import neither torch nor Lightning; nor does `flsuite fit
+    --help` once its text is cached (the first one builds the full parser), and the cached text is the parser's."""
+    probe = (
+        "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
+    )
+    env = {**os.environ, "FLSUITE_USER_CACHE": str(tmp_path / "user-cache")}
+
+    def run(*args: str) -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=600)
+        return done.stdout, done.stderr.strip().splitlines()[-1]
+
+    for args in (["--version"], ["--help"], ["sweep", "--help"], ["compare", "--help"]):
+        assert run(*args)[1] == "[] 0", args
+    built, loaded = run("fit", "--help")
+    assert loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
+    assert run("fit", "--help") == (built, "[] 0")

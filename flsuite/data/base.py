@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -107,6 +108,11 @@ class DataSource(abc.ABC):
 
     @abc.abstractmethod
     def build(self, seed: int) -> FederatedData: ...
+
+    def source_folders(self) -> list[Path] | None:
+        """The folders holding every file `build` reads, for the feature cache's index (`flsuite.data.cache_index`);
+        None (the default) where they are not all known (downloads, data shipped in packages): never indexed."""
+        return None
 
 
 class EpochBatches:

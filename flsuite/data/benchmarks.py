@@ -45,6 +45,9 @@ __all__ = ["SUITES", "Benchmark", "DomainData", "LoadContext", "Loader", "to_pix
 
 log = logging.getLogger(__name__)
 
+#: Suites read from `<root>/<domain>/<class>/*` alone (so the feature cache's index can check their files).
+FOLDER_SUITES = frozenset({"office_caltech10", "pacs", "office_home", "domainnet"})
+
 
 @dataclass
 class DomainData:
@@ -181,6 +184,10 @@ class Benchmark(DataSource):
         cache_dir = cache_path(self.cache_dir) if self.cache_dir is not None else None
         x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=cache_dir, dataset_key=key)
         return Split(x, labels)
+
+    def source_folders(self) -> list[Path] | None:
+        """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); None for the others."""
+        return [data_path(self.root)] if self.suite in FOLDER_SUITES else None
 
     def build(self, seed: int) -> FederatedData:
         if self.encoder is not None and self.cache_dir is not None:

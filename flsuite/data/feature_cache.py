@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from flsuite import progress as console
+from flsuite.data.cache_index import note_used
 from flsuite.models.encoders import FrozenEncoder
 
 __all__ = ["cache_digest", "check_cache_dir", "extract_features", "images_fingerprint"]
@@ -147,7 +148,8 @@ def extract_features(
 
     The cache entry belongs to the whole ``images`` tensor (a dataset's pool) and is filled incrementally:
     asking for ``rows`` computes only the rows not cached yet, so runs that use different subsets of one pool
-    (other seeds, other client fractions) share the embeddings already computed.
+    (other seeds, other client fractions) share the embeddings already computed. Every cached call is noted for the
+    cache's index (`flsuite.data.cache_index.recording`).
 
     Args:
         encoder: Frozen encoder (its ``cache_key()`` is part of the cache key).
@@ -191,6 +193,7 @@ def extract_features(
     name = _name(dataset_key, path.name)
     log.info("features %s: %s from cache, %s extracted", name, f"{len(index) - int((~done[index]).sum()):,}", f"{len(missing):,}")
     if len(missing) == 0:
+        note_used(path, len(index))
         return features[index]
 
     log.info("Extracting %d features with %s -> %s", len(missing), key["encoder"]["encoder"], path)
@@ -202,4 +205,5 @@ def extract_features(
         root / f"{digest}.json",
         lambda tmp: tmp.write_text(json.dumps({"digest": digest, "key": key}, indent=2, sort_keys=True)),
     )
+    note_used(path, len(index))
     return features[index]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,81 @@ def test_console_says_how_many_features_came_from_the_cache(tmp_path: Path, capl
         extract_features(encoder, images, cache_dir=tmp_path, dataset_key=KEY)
     lines = [r.getMessage() for r in caplog.records if "from cache" in r.getMessage()]
     assert [line.split(": ", 1)[1] for line in lines] == ["0 from cache, 12 extracted", "12 from cache, 8 extracted"]
+
+
+def _office_config(tmp_path: Path) -> Path:
+    """A two-domain Office-Caltech-10 look-alike embedded by `CountingEncoder` into a cache under `tmp_path`."""
+    import numpy as np
+    import yaml
+    from PIL import Image
+
+    from flsuite.data.image_folder import OFFICE_CALTECH10_CLASSES
+    from tests.helpers import SMALL_CONFIG
+
+    rng = np.random.default_rng(0)
+    for domain in ("amazon", "webcam"):
+        for cls in OFFICE_CALTECH10_CLASSES:
+            (tmp_path / "office" / domain / cls).mkdir(parents=True)
+            for i in range(3):
+                Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "office" / domain / cls / f"{i}.png")
+    data = {
+        "class_path": "flsuite.data.benchmarks.Benchmark",
+        "init_args": {
+            "suite": "office_caltech10",
+            "root": str(tmp_path / "office"),
+            "domains": ["amazon", "webcam"],
+            "image_size": 12,
+            "encoder": {"class_path": f"{__name__}.CountingEncoder"},
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({**SMALL_CONFIG, "data": data, "output_dir": str(tmp_path / "runs")}))
+    return config
+
+
+def test_features_on_a_filled_cache_answer_from_its_index_without_the_encoder(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`flsuite features` records its build in the cache's index; the same command line (before any parser) and
+    another one resolving to the same data (through the parser) are then answered from the index alone: the encoder is
+    never built. A touched image (mtime) or a rewritten one (size) is a miss, and the build runs again."""
+    from tests.helpers import run_cli
+
+    config = _office_config(tmp_path)
+    argv = ["features", "--config", str(config)]
+    code, out, _ = run_cli(argv, capsys)
+    first = json.loads(out)
+    assert code == 0 and "already_embedded" not in first and len(list((tmp_path / "cache" / "index").glob("*.json"))) == 2
+    images = first["train_samples"] + first["test_samples"]
+
+    def not_built(self, *args, **kwargs):
+        raise AssertionError("the encoder was built")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CountingEncoder, "__init__", not_built)
+        for args in (argv, [*argv, "--rounds", "7"]):  # the command line's own key; the resolved data's key
+            code, out, err = run_cli(args, capsys)
+            assert code == 0 and f"already embedded: {images:,} images, {tmp_path / 'cache'}" in err
+            report = json.loads(out)
+            assert report["already_embedded"] is True and report["train_samples"] == first["train_samples"]
+        image = tmp_path / "office" / "webcam" / "mug" / "1.png"
+        os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and "the encoder was built" in err  # (jsonargparse reports the raise as a config error)
+    code, out, _ = run_cli(argv, capsys)  # the miss rebuilds (the image's bytes are unchanged: all from the cache) ...
+    assert code == 0 and "already_embedded" not in json.loads(out)
+    with monkeypatch.context() as patch:
+        patch.setattr(CountingEncoder, "__init__", not_built)
+        assert run_cli(argv, capsys)[0] == 0  # ... and records it: a hit again
+        with open(image, "ab") as grown:
+            grown.write(b"\0")
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and "the encoder was built" in err
+
+
+def test_the_index_and_the_benchmark_agree_on_the_default_cache_folder() -> None:
+    import inspect
+
+    from flsuite.data.benchmarks import Benchmark
+    from flsuite.data.cache_index import DEFAULT_CACHE_DIR
+
+    assert inspect.signature(Benchmark).parameters["cache_dir"].default == Path(DEFAULT_CACHE_DIR)

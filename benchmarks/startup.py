@@ -1,0 +1,62 @@
+"""Wall time of `flsuite` commands that do not train, before and after a change, alternated.
+
+    python benchmarks/startup.py [--before DIR] [--reps 5] [--features CONFIG]
+
+Every command runs in a fresh process through the console script beside this Python (`<venv>/bin/flsuite`), as a
+user types it. "after" is the installed flsuite; "before" is the same console script with `PYTHONPATH=DIR`, a source
+tree of an earlier version (`git archive <rev> | tar -x -C DIR`), which Python then imports instead. One untimed run of
+each command and side comes first: it fills `fit --help`'s cached text and the feature cache's index, as any earlier
+use would, and warms the page cache. Then `--reps` rounds, each running every command on both sides in turn. Prints
+a Markdown table of every time and the median, with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = Path(sys.executable).parent / "flsuite"
+
+
+def timed(argv: list[str], pythonpath: Path | None) -> float:
+    """Seconds one `flsuite ARGV` takes, start to exit (output discarded); a failing command stops the benchmark."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    start = time.perf_counter()
+    subprocess.run([str(SCRIPT), *argv], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", type=Path, help="a source tree of the earlier flsuite (omit: time the installed one only)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--features", type=Path, help="also time `flsuite features --config CONFIG` (its cache filled)")
+    args = ap.parse_args()
+    commands = [["--version"], ["fit", "--help"]]
+    if args.features is not None:
+        commands.append(["features", "--config", str(args.features), "--progress", "false"])
+    sides: dict[str, Path | None] = {"after": None} if args.before is None else {"before": args.before.resolve(), "after": None}
+    load = os.getloadavg()
+    times: dict[tuple[str, str], list[float]] = {}
+    for rep in range(args.reps + 1):
+        for argv in commands:
+            for side, path in sides.items():
+                seconds = timed(argv, path)
+                if rep:  # the first round is the untimed warm-up
+                    times.setdefault((" ".join(argv), side), []).append(seconds)
+    print(f"load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print("| command | side | wall s (each run, in order) | median s |")
+    print("|---|---|---|---|")
+    for (command, side), values in times.items():
+        print(f"| `flsuite {command}` | {side} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
