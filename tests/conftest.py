@@ -1,7 +1,9 @@
 """Test-wide settings: no network, no W&B server, no Ray telemetry; libraries' global state left as each test found it."""
 
 import os
+import sys
 import warnings
+from pathlib import Path
 
 # Under pytest-xdist (the README's `-n auto`) each worker gets its share of the cores, set before torch is imported:
 # threads spinning on shared cores were measured 30-55x slower. FLSUITE_PARALLEL gives flsuite's own thread policy
@@ -34,6 +36,15 @@ def changed_keys(before: dict, after: dict) -> list[str]:
     return sorted(set(before) ^ set(after) | {k for k in set(before) & set(after) if before[k] != after[k]})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_of_the_tests(tmp_path_factory):
+    """flsuite's per-user cache (the cached `fit --help` text) in a folder of the session, not the user's ~/.cache;
+    subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FLSUITE_USER_CACHE", str(tmp_path_factory.mktemp("user_cache")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def global_library_state_is_scoped():
     """Every test runs inside `torch.random.fork_rng` (torch's scoped API for its global generator), so a test's
@@ -49,9 +60,52 @@ def global_library_state_is_scoped():
         pytest.fail(f"the test left torch._dynamo.config changed ({', '.join(leaked)}): use torch._dynamo.config.patch")
 
 
+#: What a test marked `slow` (10-110 s on 2 cores) weighs against an unmarked one (mostly under 2 s) when the modules
+#: are ordered by cost.
+SLOW_WEIGHT = 20
+
+
+def module_cost(items: list[pytest.Item]) -> int:
+    return sum(SLOW_WEIGHT if item.get_closest_marker("slow") else 1 for item in items)
+
+
 def pytest_collection_modifyitems(config, items):
     """Test ids must not depend on the process (e.g. `ids=repr` names objects by memory address): pytest-xdist's
-    workers each collect the suite and stop the run when their names differ."""
+    workers each collect the suite and stop the run when their names differ.
+
+    Then the costliest modules first: the README's `-n auto` hands whole modules to workers (`--dist loadscope`, so a
+    module's fixtures, such as a Ray cluster, start once) in this order, so the long ones start first and the workers
+    finish together. Stable: tests keep pytest-randomly's order within a module, and modules of equal cost its order."""
     unstable = [item.nodeid for item in items if " at 0x" in item.nodeid]
     if unstable:
         raise pytest.UsageError(f"test ids that name memory addresses (give the parametrisation explicit ids): {unstable[:3]}")
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    items[:] = [item for module in sorted(modules.values(), key=module_cost, reverse=True) for item in module]
+
+
+@pytest.fixture
+def local_ray():
+    """One local Ray (2 CPUs) per test process, started by the first test that asks and kept for the next (a
+    `ray.init` costs seconds); shut down at the end of the session or by a test that needs Ray started its own way
+    (`no_local_ray`). Workers import test modules by name (test-only methods), so the checkout is on their path."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        root = str(Path(__file__).resolve().parents[1])
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+@pytest.fixture
+def no_local_ray():
+    """No Ray running in this process (the shared `local_ray` shut down), for a test that starts Ray its own way."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()

@@ -95,6 +95,7 @@ def wandb_run_record(log: Path):
 
 
 # ---- 1. one run per folder -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_runs_started_at_the_same_moment_get_two_consistent_folders(tmp_path):
     cfg = write_config(tmp_path / "run.yaml", {**SMALL, "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True, "project": "t"}})
     variants = {2: "0.05", 3: "0.1"}  # rounds -> lr: each folder must hold exactly one of them
@@ -138,6 +139,7 @@ def test_run_dir_holding_a_run_is_refused_and_left_untouched(tmp_path, capsys):
 
 
 # ---- 2./3. Ctrl-C and W&B status -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the_same_metrics(tmp_path, capsys):
     """A real SIGINT to a real `flsuite fit` mid-run (Lightning would turn a KeyboardInterrupt into exit 1)."""
     rounds = 12

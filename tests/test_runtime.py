@@ -136,6 +136,7 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
     assert recorded["intra_op"] == 3 and recorded["source"] == "config"
 
 
+@pytest.mark.slow
 def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one thread."""
     cpus = set(sorted(os.sched_getaffinity(0))[:2])
@@ -264,7 +265,8 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
     assert len(calls) == 3
 
 
-def test_ray_workers_get_their_share_of_the_cpus():
+@pytest.mark.slow
+def test_ray_workers_get_their_share_of_the_cpus(no_local_ray):
     """RayExecutor's "auto": a worker whose steps are large (a CNN at a batch of 1024: 0.66 GFLOP) uses all the
     CPUs Ray reserved for it (cpus_per_client; no spare core), a worker of a head on feature vectors one thread; an
     explicit count is used as is."""
@@ -272,12 +274,12 @@ def test_ray_workers_get_their_share_of_the_cpus():
 
     from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
     from flsuite.federation.local.client import ClientEnvironment
-    from flsuite.federation.ray_executor import _ClientWorker
+    from flsuite.federation.ray_workers import ClientWorker
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear, SmallCNN
 
-    class Probe(_ClientWorker):
+    class Probe(ClientWorker):
         def threads(self) -> int:
             return torch.get_num_threads()
 
@@ -290,5 +292,8 @@ def test_ray_workers_get_their_share_of_the_cpus():
         cases = [(images, 2, "auto", 2), (images, 1, "auto", 1), (features, 2, "auto", 1), (features, 1, 3, 3)]
         workers = [ray.remote(Probe).options(num_cpus=cpus).remote(env, torch_threads) for env, cpus, torch_threads, _ in cases]
         assert ray.get([w.threads.remote() for w in workers]) == [expected for *_, expected in cases]
+        # a worker handed to another run (keep_workers) is configured for that run's environment
+        ray.get([workers[2].configure.remote(images, "auto"), workers[0].configure.remote(features, "auto")])
+        assert ray.get([workers[2].threads.remote(), workers[0].threads.remote()]) == [2, 1]
     finally:
         ray.shutdown()

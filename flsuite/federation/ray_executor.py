@@ -1,6 +1,7 @@
 """Run client fits on Ray actors: one machine's cores, or a multi-node cluster (see docs/scale-out.md).
 
-Workers are Ray actors created once per run (`start`) and reused across rounds. The run-constant
+Workers are Ray actors (`flsuite.federation.ray_workers.ClientWorker`) created once per run (`start`) and reused
+across rounds (and across runs of one driver with `keep_workers`). The run-constant
 `ClientEnvironment` (data, model spec, method, local training) goes into the object store once and each actor keeps
 it; each round the global weights and the method's broadcast are put into the object store once and passed to every
 client by reference, so a task carries only the client id, round, seed and that client's state.
@@ -21,9 +22,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from flsuite.federation.executors import ClientFailure, Executor
-from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.query import QueryResult, QueryTask, run_query
-from flsuite.federation.task import ClientResult, ClientTask, State
+from flsuite.federation.local.client import ClientEnvironment
+from flsuite.federation.query import QueryResult, QueryTask
+from flsuite.federation.ray_workers import ClientWorker, WorkerKind, leave_idle, take_idle_workers
+from flsuite.federation.task import ClientResult, ClientTask
 
 log = logging.getLogger(__name__)
 
@@ -68,34 +70,6 @@ def _quiet_local_token_notice(local: bool) -> Iterator[None]:
         logger.removeFilter(_drop_token_auth_enabled)
 
 
-class _ClientWorker:
-    """A Ray actor that keeps the run's environment and runs one client task per call."""
-
-    def __init__(self, env: ClientEnvironment, torch_threads: int | Literal["auto"]) -> None:
-        if torch_threads != 0:  # 0: leave torch's default
-            import ray
-
-            from flsuite.runtime import ThreadPolicy
-
-            # The worker's share of the cores is the CPUs Ray assigned it (cpus_per_client), not the machine's.
-            cores = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
-            ThreadPolicy(intra_op=torch_threads).apply(env.step_flops(), cores=cores, spare=0)
-        self.env = env
-
-    def ready(self) -> int:
-        return os.getpid()
-
-    def run(self, shared: tuple[dict, dict[str, Any]], round: int, client_id: int, seed: int, state: State) -> ClientResult:
-        global_weights, broadcast = shared
-        return run_client(self.env, ClientTask(round, client_id, seed, global_weights, broadcast, state))
-
-    def set_env(self, env: ClientEnvironment) -> None:
-        self.env = env
-
-    def query(self, task: QueryTask) -> QueryResult:
-        return run_query(self.env, task)
-
-
 class RayExecutor(Executor):
     """Runs client fits in parallel on Ray actors (local cores or a cluster).
 
@@ -119,6 +93,10 @@ class RayExecutor(Executor):
             a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
         spread: Place the workers (and any replacement) across the cluster's nodes (Ray's "SPREAD" scheduling)
             instead of Ray's default, which fills the driver's node first.
+        keep_workers: On a Ray this executor did not start (the caller's `ray.init`), leave the workers idle at
+            `close` for the next RayExecutor of this process with the same resources, instead of stopping them (a
+            new worker imports torch, Lightning and flsuite: seconds). Idle workers keep their CPUs reserved until
+            taken, `flsuite.federation.ray_workers.release_idle_workers()` or `ray.shutdown()`.
     """
 
     def __init__(
@@ -131,6 +109,7 @@ class RayExecutor(Executor):
         max_retries: int = 1,
         torch_threads: int | Literal["auto"] = "auto",
         spread: bool = False,
+        keep_workers: bool = False,
     ) -> None:
         super().__init__(max_retries=max_retries)
         if num_workers is not None and num_workers < 1:
@@ -143,10 +122,11 @@ class RayExecutor(Executor):
             raise ValueError(f"RayExecutor torch_threads must be 'auto' or an integer >= 0, got {torch_threads!r}")
         self.address, self.num_cpus, self.num_workers = address, num_cpus, num_workers
         self.cpus_per_client, self.gpus_per_client, self.torch_threads = cpus_per_client, gpus_per_client, torch_threads
-        self.spread = spread
+        self.spread, self.keep_workers = spread, keep_workers
         self._owns_ray = False
         self._actors: list[Any] = []
         self._env_ref = None
+        self._kind: WorkerKind | None = None
 
     # ------------------------------------------------------------------------------------------------------------
     def start(self, env: ClientEnvironment) -> None:
@@ -161,29 +141,39 @@ class RayExecutor(Executor):
                 ray.init(**kwargs)
             self._owns_ray = True
         placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
-        self._actor_cls = ray.remote(_ClientWorker).options(
+        self._actor_cls = ray.remote(ClientWorker).options(
             num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0, **placement
         )
         self._env_ref = ray.put(self.env)
+        self._kind = WorkerKind(ray.get_runtime_context().get_job_id(), self.cpus_per_client, self.gpus_per_client, self.spread)
         n = self.num_workers or self._default_num_workers(ray)
-        actors = [self._new_actor() for _ in range(n)]
-        ready = {a.ready.remote(): a for a in actors}
-        done, pending = ray.wait(list(ready), num_returns=len(ready), timeout=_READY_TIMEOUT_S)
-        up = []
-        for ref in done:
-            try:
-                ray.get(ref)
-                up.append(ready[ref])
-            except ray.exceptions.RayError as err:
-                log.warning("a Ray worker failed to start: %s", err)
-        for ref in pending:
-            ray.kill(ready[ref], no_restart=True)
+        idle = take_idle_workers(self._kind, n)
+        up = self._wait_up(ray, {a.configure.remote(self._env_ref, self.torch_threads): a for a in idle}, "an idle Ray worker was gone")
+        reused = len(up)
+        up += self._wait_up(ray, {a.ready.remote(): a for a in (self._new_actor() for _ in range(n - reused))}, "a Ray worker failed to start")
         if not up:
             raise RuntimeError(f"RayExecutor: none of {n} workers started (resources: {ray.available_resources()})")
         if len(up) < n:
             log.warning("RayExecutor: %d of %d workers started (not enough resources?); going on with those", len(up), n)
         self._actors = up
-        log.info("RayExecutor: %d workers", len(up))
+        log.info("RayExecutor: %d workers%s", len(up), f" ({reused} reused)" if reused else "")
+
+    @staticmethod
+    def _wait_up(ray, calls: dict[Any, Any], failure: str) -> list[Any]:
+        """The workers whose call in `calls` ({ref: worker}) returned within the start timeout; the others are stopped."""
+        if not calls:
+            return []
+        done, pending = ray.wait(list(calls), num_returns=len(calls), timeout=_READY_TIMEOUT_S)
+        up = []
+        for ref in done:
+            try:
+                ray.get(ref)
+                up.append(calls[ref])
+            except ray.exceptions.RayError as err:
+                log.warning("%s: %s", failure, err)
+        for ref in pending:
+            ray.kill(calls[ref], no_restart=True)
+        return up
 
     @property
     def processes(self) -> int:
@@ -282,11 +272,14 @@ class RayExecutor(Executor):
         if not self._actors and not self._owns_ray:
             return
         ray = _import_ray()
-        for actor in self._actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+        if self.keep_workers and self._kind is not None and not self._owns_ray and ray.is_initialized():
+            leave_idle(self._kind, self._actors)
+        else:
+            for actor in self._actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
         self._actors, self._env_ref = [], None
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()

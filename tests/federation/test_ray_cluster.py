@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from flsuite.cli import federation_from_configs
 from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 from tests.helpers import write_config
@@ -152,6 +153,13 @@ def fit(tmp_path: Path, name: str, cluster: str | None, *args: str) -> subproces
     return done
 
 
+def fit_serial(tmp_path: Path, name: str, *args: str) -> None:
+    """The reference run, the same config on the serial executor, in the test's process (it needs no process of its
+    own: a subprocess would only add its imports)."""
+    config = write_config(tmp_path / "run.yaml", CONFIG)
+    federation_from_configs(config, args=[f"--run_dir={tmp_path / name}", *args]).fit()
+
+
 def nodes_alive(cluster: str) -> int:
     probe = f"import ray; ray.init(address={cluster!r}); print(sum(1 for n in ray.nodes() if n['Alive']))"
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **AUTH}, capture_output=True, text=True, timeout=120)
@@ -177,7 +185,7 @@ def wait_for_nodes_alive(cluster: str, expected: int, deadline_s: float, poll_s:
 @pytest.mark.slow
 def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes):
     assert nodes_alive(two_nodes.address) == 2
-    fit(tmp_path, "serial", None)
+    fit_serial(tmp_path, "serial")
     done = fit(tmp_path, "cluster", two_nodes.address, *ON_THE_CLUSTER)
     assert "RayExecutor: 2 workers" in done.stderr
     assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
@@ -186,7 +194,7 @@ def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp
 @pytest.mark.slow
 def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes):
     method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
-    fit(tmp_path, "serial", None, method)  # no KILL_AT in this process's environment: nothing is killed
+    fit_serial(tmp_path, "serial", method)  # no KILL_AT in this process's environment: nothing is killed
     assert nodes_alive(two_nodes.address) == 2
     done = fit(tmp_path, "cluster", two_nodes.address, method, *ON_THE_CLUSTER)
     died = [line for line in done.stderr.splitlines() if "worker died" in line]

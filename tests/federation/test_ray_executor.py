@@ -1,6 +1,6 @@
 """RayExecutor: same metrics as the serial executor, retries, dropped clients, dead workers, non-finite updates.
 
-One local Ray (2 CPUs) is started for the whole module; each federation run creates (and kills) its own actors.
+All on the test process's local Ray (2 CPUs, tests/conftest.py); each federation run creates (and kills) its own actors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from flsuite.federation import ray_workers
 from flsuite.federation.method import ClientModule
 from flsuite.federation.ray_executor import RayExecutor
 from flsuite.federation.run import ClientFailedError
@@ -22,15 +23,9 @@ from tests.helpers import ExplodingFedAvg, head_federation
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    # workers import this test module (the test-only methods below) by name; RAY_USAGE_STATS_ENABLED=0 is conftest's
-    root = str(Path(__file__).resolve().parents[2])
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+@pytest.fixture(autouse=True)
+def ray_running(local_ray):
+    """Every test here runs on the process's local Ray (tests/conftest.py `local_ray`)."""
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +36,13 @@ def serial_fedavg(tmp_path_factory) -> str:
 
 
 def ray_executor(**kwargs) -> RayExecutor:
-    return RayExecutor(**{"num_workers": 2, **kwargs})
+    """Two workers, handed from run to run (`keep_workers`): each test compares with the serial run anyway."""
+    return RayExecutor(**{"num_workers": 2, "keep_workers": True, **kwargs})
+
+
+def idle_pids() -> list[int]:
+    """The process ids of this process's idle workers (kept by runs with `keep_workers`)."""
+    return sorted(ray.get([w.ready.remote() for pool in ray_workers._IDLE.values() for w in pool]))
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -81,12 +82,39 @@ def test_ray_equals_serial_for_fedavg(tmp_path, serial_fedavg):
     assert (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
 
 
+def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(tmp_path, serial_fedavg, caplog):
+    """`keep_workers`: the second run (another method) takes the first run's two worker processes (it starts none),
+    gives them its own environment and computes its serial run's metrics; `release_idle_workers` stops them."""
+    ray_workers.release_idle_workers()
+    head_federation(tmp_path / "first", executor=ray_executor()).fit()
+    kept = idle_pids()
+    head_federation(tmp_path / "serial", method=Scaffold()).fit()
+    with caplog.at_level("INFO", logger="flsuite.federation.ray_executor"):
+        head_federation(tmp_path / "second", method=Scaffold(), executor=ray_executor()).fit()
+    assert "RayExecutor: 2 workers (2 reused)" in caplog.text
+    assert len(kept) == 2 and idle_pids() == kept
+    assert (tmp_path / "first" / "metrics.jsonl").read_text() == serial_fedavg
+    assert (tmp_path / "second" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    workers = [w for pool in ray_workers._IDLE.values() for w in pool]
+    assert ray_workers.release_idle_workers() == 2 and idle_pids() == []
+    for worker in workers:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(worker.ready.remote(), timeout=60)
+
+
+def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg):
+    ray_workers.release_idle_workers()
+    head_federation(tmp_path, executor=ray_executor(keep_workers=False)).fit()
+    assert idle_pids() == [] and (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
+
+
 def test_ray_equals_serial_for_a_method_with_client_state(tmp_path):
     head_federation(tmp_path / "serial", method=Scaffold()).fit()
     head_federation(tmp_path / "ray", method=Scaffold(), executor=ray_executor()).fit()
     assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_a_client_failing_once_is_retried(tmp_path, serial_fedavg):
     marker = tmp_path / "failed_once"
     head_federation(tmp_path / "run", method=FaultyFedAvg("once", str(marker)), executor=ray_executor()).fit()
@@ -94,6 +122,7 @@ def test_a_client_failing_once_is_retried(tmp_path, serial_fedavg):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == serial_fedavg
 
 
+@pytest.mark.slow
 def test_a_client_that_always_fails_is_dropped_and_recorded(tmp_path):
     executor = ray_executor(max_retries=1)
     with pytest.raises(ClientFailedError, match=r"client\(s\) \[1\] failed after 2 attempt"):
@@ -102,6 +131,7 @@ def test_a_client_that_always_fails_is_dropped_and_recorded(tmp_path):
     assert [r["clients_failed"] for r in records(tmp_path / "drop")] == [[], [1], []]
 
 
+@pytest.mark.slow
 def test_a_worker_dying_mid_round_is_replaced(tmp_path, serial_fedavg):
     marker = tmp_path / "died_once"
     head_federation(tmp_path / "run", method=FaultyFedAvg("exit", str(marker)), executor=ray_executor()).fit()
@@ -109,6 +139,7 @@ def test_a_worker_dying_mid_round_is_replaced(tmp_path, serial_fedavg):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == serial_fedavg
 
 
+@pytest.mark.slow
 def test_non_finite_updates_from_ray_workers_are_rejected(tmp_path):
     head_federation(tmp_path, method=ExplodingFedAvg(), executor=ray_executor()).fit()
     assert [r["clients_rejected"] for r in records(tmp_path)] == [[], [0], []]
@@ -122,6 +153,7 @@ def test_executor_leaves_an_outside_ray_running_and_needs_start():
     assert ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
     """A server-side Lightning fit (seeded from the server stream) and GGEUR's statistics query on Ray workers give
     the serial executor's numbers and weights."""

@@ -181,17 +181,13 @@ def test_round_one_runs_plain_then_generator_and_statistics_travel(tmp_path):
     assert state["optimizer"]["state"]  # Adam moments kept across rounds
 
 
-def test_serial_equals_ray(tmp_path):
-    ray = pytest.importorskip("ray")
+@pytest.mark.slow
+def test_serial_equals_ray(tmp_path, local_ray):
     from flsuite.federation.ray_executor import RayExecutor
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        kwargs = dict(rounds=3, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
-        head_federation(tmp_path / "serial", **kwargs).fit()
-        head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=2), **kwargs).fit()
-    finally:
-        ray.shutdown()
+    kwargs = dict(rounds=3, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
+    head_federation(tmp_path / "serial", **kwargs).fit()
+    head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=2, keep_workers=True), **kwargs).fit()
     assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
     assert same(load_checkpoint(tmp_path / "ray").global_weights, load_checkpoint(tmp_path / "serial").global_weights)
 

@@ -230,16 +230,12 @@ def test_remark_form_and_its_undefined_case(tmp_path):
 
 
 # ---- serial == Ray -----------------------------------------------------------------------------------------------
-def test_serial_and_ray_runs_are_identical(tmp_path):
-    ray = pytest.importorskip("ray")
+@pytest.mark.slow
+def test_serial_and_ray_runs_are_identical(tmp_path, local_ray):
     from flsuite.federation.ray_executor import RayExecutor
 
     fed(tmp_path / "serial", server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        fed(tmp_path / "ray", executor=RayExecutor(num_workers=2), server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
-    finally:
-        ray.shutdown()
+    fed(tmp_path / "ray", executor=RayExecutor(num_workers=2, keep_workers=True), server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
     assert (tmp_path / "ray" / "metrics.jsonl").read_bytes() == (tmp_path / "serial" / "metrics.jsonl").read_bytes()
     assert 0 < sum(r["server/fedegg/gate"] for r in records(tmp_path / "serial")) < 4
 

@@ -64,6 +64,7 @@ def environment(run_dir) -> dict:
     return json.loads((run_dir / "environment.json").read_text())["local_loop"]
 
 
+@pytest.mark.slow
 def test_the_run_records_its_choice_and_trains_with_the_compiled_loop(tmp_path, monkeypatch):
     monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 10)
     head_federation(tmp_path / "auto", rounds=2).fit()

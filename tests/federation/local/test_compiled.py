@@ -120,6 +120,7 @@ def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_gradient_offset_is_folded_into_the_scanned_steps(monkeypatch):
     """SCAFFOLD's correction c − c_k is a `gradient_offset`: its fits scan, and train as the lean loop does (with
     nonzero control variates from round 2 on: tested over rounds below)."""
@@ -149,6 +150,7 @@ class MaskIndexingMethod(FedAvg):
     client_module = MaskIndexingClient
 
 
+@pytest.mark.slow
 def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, caplog):
     """Boolean-mask indexing gives a shape that depends on the data: dynamo captures it for one batch but not inside
     a scan. The fit goes on one compiled call per batch, says so once, and trains as the lean loop does; later fits
@@ -167,6 +169,7 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_fedntd_scans(monkeypatch):
     """FedNTD picks the not-true logits by a gather (static shapes), so its fits scan and match the lean loop."""
     calls = scanned_calls(monkeypatch)
@@ -253,6 +256,7 @@ def test_adam_trains_as_in_the_lean_loop(monkeypatch):
 
 
 @pytest.mark.parametrize("method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (gradient offset)", "fedprox (loss term)"])
+@pytest.mark.slow
 def test_method_hooks_and_loss_terms_work_as_in_the_lean_loop(tmp_path, method):
     """SCAFFOLD offsets the gradients by its control variates, FedProx reads its anchor and μ (through the read-only
     hyperparameters) inside the loss: three rounds agree with the lean loop's to rounding."""
@@ -276,6 +280,7 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
 
 
 @torch._dynamo.config.patch(recompile_limit=1)
+@pytest.mark.slow
 def test_each_client_class_compiles_on_its_own_budget():
     """Graphs are kept per client class and parameter layout, for full batches only: with dynamo allowed one graph
     per code object, FedAvg and FedProx clients (two classes) and a second model (another layout) compile in one
@@ -290,6 +295,7 @@ def test_each_client_class_compiles_on_its_own_budget():
 
 
 @torch._dynamo.config.patch(recompile_limit=1)
+@pytest.mark.slow
 def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
     """The scanned steps take the group's lr as a tensor, read at every call: a schedule over rounds (0.1 in round 1,
     0.01 from round 2) trains as the lean loop does, with one graph (a constant lr would need one per value)."""
@@ -376,13 +382,13 @@ def test_layouts_key_the_compiled_functions():
 
 
 @pytest.mark.slow
-def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path):
+def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path, local_ray):
     """Each Ray worker compiles its own graphs; they compute what the driver's compile computes."""
     from flsuite.federation.ray_executor import RayExecutor
 
     kwargs = {"rounds": 2, "model": MLP(hidden=(6,)), "method": FedProx(mu=0.5), "local": local("compiled", batch_size=16)}
     head_federation(tmp_path / "serial", **kwargs).fit()
-    head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=2), **kwargs).fit()
+    head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=2, keep_workers=True), **kwargs).fit()
     assert (tmp_path / "serial" / "metrics.jsonl").read_text() == (tmp_path / "ray" / "metrics.jsonl").read_text()
     serial, ray = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
     assert all(torch.equal(serial[k], ray[k]) for k in serial)
