@@ -92,11 +92,18 @@ def local_ray():
     (`no_local_ray`). Workers import test modules by name (test-only methods), so the checkout is on their path."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        root = str(Path(__file__).resolve().parents[1])
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_local_ray()
     return ray
+
+
+def start_local_ray() -> None:
+    """`ray.init` of the tests' local Ray (2 CPUs), its workers able to import the test modules."""
+    import ray
+
+    root = str(Path(__file__).resolve().parents[1])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 @pytest.fixture

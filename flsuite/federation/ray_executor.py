@@ -145,10 +145,11 @@ class RayExecutor(Executor):
             num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0, **placement
         )
         self._env_ref = ray.put(self.env)
-        self._kind = WorkerKind(ray.get_runtime_context().get_job_id(), self.cpus_per_client, self.gpus_per_client, self.spread)
+        context = ray.get_runtime_context()
+        self._kind = WorkerKind(f"{context.get_node_id()}/{context.get_job_id()}", self.cpus_per_client, self.gpus_per_client, self.spread)
         n = self.num_workers or self._default_num_workers(ray)
         idle = take_idle_workers(self._kind, n)
-        up = self._wait_up(ray, {a.configure.remote(self._env_ref, self.torch_threads): a for a in idle}, "an idle Ray worker was gone")
+        up = self._wait_up(ray, dict(self._configure(idle)), "an idle Ray worker was gone")
         reused = len(up)
         up += self._wait_up(ray, {a.ready.remote(): a for a in (self._new_actor() for _ in range(n - reused))}, "a Ray worker failed to start")
         if not up:
@@ -157,6 +158,14 @@ class RayExecutor(Executor):
             log.warning("RayExecutor: %d of %d workers started (not enough resources?); going on with those", len(up), n)
         self._actors = up
         log.info("RayExecutor: %d workers%s", len(up), f" ({reused} reused)" if reused else "")
+
+    def _configure(self, idle: list[Any]) -> Iterator[tuple[Any, Any]]:
+        """(call, worker) for each idle worker Ray still accepts a call for (one it lost is refused at submission)."""
+        for worker in idle:
+            try:
+                yield worker.configure.remote(self._env_ref, self.torch_threads), worker
+            except Exception as err:  # noqa: BLE001 - Ray raises a plain Exception for an actor it no longer knows
+                log.info("an idle Ray worker was gone: %s", err)
 
     @staticmethod
     def _wait_up(ray, calls: dict[Any, Any], failure: str) -> list[Any]:

@@ -55,10 +55,11 @@ class ClientWorker:
 
 @dataclass(frozen=True)
 class WorkerKind:
-    """What a worker was made with besides its environment: the Ray session (driver job) it lives in and the
-    resources and placement Ray gave it. Only a worker of the same kind is handed to a new run."""
+    """What a worker was made with besides its environment: the Ray session it lives in (the driver's node id and job
+    id: a new local Ray numbers its jobs from 1 again, its node id is new) and the resources and placement Ray gave
+    it. Only a worker of the same kind is handed to a new run."""
 
-    job: str
+    session: str
     cpus: float
     gpus: float
     spread: bool
@@ -70,7 +71,7 @@ _IDLE: dict[WorkerKind, list[Any]] = {}
 def take_idle_workers(kind: WorkerKind, n: int) -> list[Any]:
     """Up to `n` idle workers of `kind` (removed from the pool); the pools of other Ray sessions are dropped (their
     workers went with their session)."""
-    for other in [k for k in _IDLE if k.job != kind.job]:
+    for other in [k for k in _IDLE if k.session != kind.session]:
         del _IDLE[other]
     pool = _IDLE.get(kind, [])
     taken, _IDLE[kind] = pool[:n], pool[n:]

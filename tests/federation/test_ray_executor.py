@@ -18,6 +18,7 @@ from flsuite.federation.ray_executor import RayExecutor
 from flsuite.federation.run import ClientFailedError
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
+from tests.conftest import start_local_ray
 from tests.helpers import ExplodingFedAvg, head_federation
 
 ray = pytest.importorskip("ray")
@@ -100,6 +101,18 @@ def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(
     for worker in workers:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(worker.ready.remote(), timeout=60)
+
+
+def test_idle_workers_of_a_ray_shut_down_since_are_not_taken(tmp_path, serial_fedavg):
+    """A new local Ray numbers its jobs from 1 again: workers kept on the Ray before are not handed on (a CI run in a
+    random order once took them and failed with "Can't find actor")."""
+    ray_workers.release_idle_workers()
+    head_federation(tmp_path / "first", executor=ray_executor()).fit()
+    assert len(idle_pids()) == 2
+    ray.shutdown()
+    start_local_ray()
+    head_federation(tmp_path / "second", executor=ray_executor()).fit()
+    assert (tmp_path / "second" / "metrics.jsonl").read_text() == serial_fedavg
 
 
 def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg):
