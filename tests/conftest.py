@@ -3,7 +3,6 @@
 import os
 import sys
 import warnings
-from pathlib import Path
 
 # Under pytest-xdist (the README's `-n auto`) each worker gets its share of the cores, set before torch is imported:
 # threads spinning on shared cores were measured 30-55x slower. FLSUITE_PARALLEL gives flsuite's own thread policy
@@ -92,18 +91,10 @@ def local_ray():
     (`no_local_ray`). Workers import test modules by name (test-only methods), so the checkout is on their path."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
+        from tests.helpers import start_local_ray
+
         start_local_ray()
     return ray
-
-
-def start_local_ray() -> None:
-    """`ray.init` of the tests' local Ray (2 CPUs), its workers able to import the test modules."""
-    import ray
-
-    root = str(Path(__file__).resolve().parents[1])
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 @pytest.fixture

@@ -129,3 +129,17 @@ def load_experiment(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def start_local_ray() -> None:
+    """`ray.init` of the tests' local Ray (2 CPUs), its workers able to import the test modules (test-only methods);
+    tests/conftest.py `local_ray` starts it once per test process."""
+    import os
+
+    import pytest
+    import ray
+
+    root = str(Path(__file__).resolve().parents[1])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

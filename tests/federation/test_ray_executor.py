@@ -18,8 +18,7 @@ from flsuite.federation.ray_executor import RayExecutor
 from flsuite.federation.run import ClientFailedError
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
-from tests.conftest import start_local_ray
-from tests.helpers import ExplodingFedAvg, head_federation
+from tests.helpers import ExplodingFedAvg, head_federation, start_local_ray
 
 ray = pytest.importorskip("ray")
 
