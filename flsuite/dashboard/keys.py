@@ -3,39 +3,28 @@ the W&B API for a project's runs."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from flsuite.compare.runs import find_runs, load_run
 from flsuite.dashboard.plan import RunFilter, RunKeys
 from flsuite.tracking import wandb_history
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def run_folder_keys(run_dir: Path) -> RunKeys:
-    """A run folder's W&B keys: its round records and timings as `Tracker.log_round` sends them (with the running
-    byte totals), and its summary plus setup-stage metrics (the W&B summary)."""
-    history = wandb_history(_jsonl(run_dir / "metrics.jsonl"), _jsonl(run_dir / "timings.jsonl"))
-    summary = {**_json(run_dir / "summary.json"), **_json(run_dir / "setup.json")}
-    return RunKeys(frozenset(k for record in history for k in record), frozenset(summary))
+    """A finished run folder's W&B keys: its round records and timings as `Tracker.log_round` sends them (with the
+    running byte totals), and its summary plus setup-stage metrics (the W&B summary); read as `flsuite compare` reads
+    it (`flsuite.compare.runs.load_run`)."""
+    run = load_run(run_dir)
+    history = wandb_history(run.history, run.timings)
+    return RunKeys(frozenset(k for record in history for k in record), frozenset({**run.summary, **run.setup}))
 
 
 def folders_keys(paths: Iterable[Path]) -> RunKeys:
-    """The keys of every run folder (a folder holding metrics.jsonl) at or below `paths`."""
+    """The keys of every finished run folder that `flsuite compare` finds at `paths` (folders, globs, study folders)."""
     keys = RunKeys(frozenset(), frozenset())
-    found = 0
-    for path in map(Path, paths):
-        for metrics in [path / "metrics.jsonl"] if (path / "metrics.jsonl").is_file() else sorted(path.rglob("metrics.jsonl")):
-            keys, found = keys.merged(run_folder_keys(metrics.parent)), found + 1
-    if not found:
-        raise FileNotFoundError(f"no run folder (with metrics.jsonl) at or below {', '.join(map(str, paths))}")
+    for run_dir in find_runs(list(paths))[0]:
+        keys = keys.merged(run_folder_keys(run_dir))
     return keys
 
 
