@@ -41,7 +41,7 @@ from flsuite.models.encoders import FrozenEncoder
 from flsuite.paths import cache_path, data_path
 from flsuite.seeding import numpy_rng
 
-__all__ = ["SUITES", "Benchmark", "DomainData", "LoadContext", "Loader", "to_pixels"]
+__all__ = ["SUITES", "Benchmark", "BenchmarkLayout", "DomainData", "LoadContext", "Loader", "to_pixels"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,15 @@ class DomainData:
     test_pool: ImageArrays
     test_rows: np.ndarray
     pools: tuple[str, str]  # the pools' names in cache keys: ("train", "test") or ("all", "all")
+
+
+@dataclass
+class BenchmarkLayout:
+    """A benchmark's domains and each client's (domain, rows of the domain's training pool), in client-id order."""
+
+    domains: dict[str, DomainData]
+    clients: list[tuple[str, np.ndarray]]
+    dropped: int
 
 
 def _capped(rows: np.ndarray, cap: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -189,25 +198,33 @@ class Benchmark(DataSource):
         """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); None for the others."""
         return [data_path(self.root)] if self.suite in FOLDER_SUITES else None
 
+    def layout(self, seed: int) -> BenchmarkLayout:
+        """Which rows of which domain's training pool each client holds: the partition, before any image is embedded."""
+        domains = self.load_domains(seed)
+        first = next(iter(domains.values())).train_pool
+        labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}
+        clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
+        return BenchmarkLayout(domains, [(c.domain, domains[c.domain].train_rows[c.indices]) for c in clients], dropped)
+
+    def client_split(self, layout: BenchmarkLayout, client: int) -> Split:
+        """One client's training split alone, as `build` gives it (embedding only its rows: a Stage-0 spot check)."""
+        domain, rows = layout.clients[client]
+        data = layout.domains[domain]
+        return self._split(data.train_pool, rows, domain, data.pools[0])
+
     def build(self, seed: int) -> FederatedData:
         if self.encoder is not None and self.cache_dir is not None:
             from flsuite.data.feature_cache import check_cache_dir
 
             check_cache_dir(cache_path(self.cache_dir))  # before any image is read or embedded
-        domains = self.load_domains(seed)
-        first = next(iter(domains.values())).train_pool
-        labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}
-        clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
+        layout = self.layout(seed)
+        domains = layout.domains
         # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000), once per
         # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per client).
-        used = {
-            d: np.unique(np.concatenate([domains[d].train_rows[c.indices] for c in clients if c.domain == d])) for d in dict.fromkeys(c.domain for c in clients)
-        }
+        used = {d: np.unique(np.concatenate([rows for c, rows in layout.clients if c == d])) for d in dict.fromkeys(c for c, _ in layout.clients)}
         embedded = {d: self._split(domains[d].train_pool, rows, d, domains[d].pools[0]) for d, rows in used.items()}
-        client_data = [
-            ClientData(i, c.domain, embedded[c.domain].subset(np.searchsorted(used[c.domain], domains[c.domain].train_rows[c.indices])))
-            for i, c in enumerate(clients)
-        ]
+        client_data = [ClientData(i, d, embedded[d].subset(np.searchsorted(used[d], rows))) for i, (d, rows) in enumerate(layout.clients)]
         test = {d: self._split(dd.test_pool, dd.test_rows, d, dd.pools[1]) for d, dd in domains.items()}
-        description = {"suite": self.suite, "dropped_empty_clients": dropped, "partition": type(self.partition).__name__}
+        first = next(iter(domains.values())).train_pool
+        description = {"suite": self.suite, "dropped_empty_clients": layout.dropped, "partition": type(self.partition).__name__}
         return FederatedData(client_data, test, num_classes=len(first.classes), classes=tuple(first.classes), description=description)

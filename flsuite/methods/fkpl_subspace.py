@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from flsuite.data.augment import Augment
-from flsuite.data.base import FederatedData
+from flsuite.data.base import ClientData, FederatedData
 from flsuite.federation.query import ClientQuery, QueryTask
 from flsuite.models.image_preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from flsuite.seeding import derive_seed
@@ -121,7 +121,12 @@ class SubspaceBasis(ClientQuery):
         return {"basis": torch.cat([subspace_basis(x[y == c], k) for c, k in zip(classes, per, strict=True) if k > 0], dim=1)}
 
 
+def client_basis(client: ClientData, query: SubspaceBasis, seed: int) -> torch.Tensor:
+    """One client's upload as a run with master seed `seed` computes it (the same derived task seed), without a run."""
+    k = client.client_id
+    return query.compute(client, QueryTask(k, derive_seed(seed, client=k, purpose=f"query/{query.name}"), query), None)["basis"]
+
+
 def client_bases(data: FederatedData, query: SubspaceBasis, seed: int) -> list[torch.Tensor]:
-    """Every client's upload as a run with master seed `seed` computes it (the same derived task seeds), without a run."""
-    purpose = f"query/{query.name}"
-    return [query.compute(c, QueryTask(k, derive_seed(seed, client=k, purpose=purpose), query), None)["basis"] for k, c in enumerate(data.clients)]
+    """Every client's upload (`client_basis`), in client-id order."""
+    return [client_basis(c, query, seed) for c in data.clients]
