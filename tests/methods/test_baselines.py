@@ -155,6 +155,31 @@ def test_scaffold_round_one_with_unit_server_lr_is_uniform_fedavg(tmp_path):
     assert not same_weights(final_weights(tmp_path / "s2"), final_weights(tmp_path / "a2"), atol=1e-4)
 
 
+def test_scaffold_round_two_step_is_x_minus_lr_times_gradient_minus_c_k_plus_c_by_hand(tmp_path):
+    """One full-batch SGD step per client in round 2, from round 1's c and c_k (both non-zero, unequal):
+    y_k = x − η_l (∇L_k(x) − c_k + c), with ∇L_k the client's mean cross-entropy gradient at the round's x."""
+    one_step = LocalTraining(epochs=1, batch_size=60, lr=0.05, momentum=0.0, weight_decay=0.0)  # 60 samples a client
+    head_federation(tmp_path / "r1", rounds=1, local=one_step, method=Scaffold()).fit()
+    after_one = load_checkpoint(tmp_path / "r1")
+    rec = Recording()
+    fed = head_federation(tmp_path / "r2", rounds=2, local=one_step, method=Scaffold(), executor=rec)
+    fed.fit()
+    data = fed.build_data()[0]
+    c, x = after_one.server_state["c"], after_one.global_weights
+    round_two = rec.results[len(data.clients) :]
+    assert sorted(r.client_id for r in round_two) == list(range(len(data.clients)))
+    for r in round_two:
+        c_k = after_one.client_states[r.client_id]["c_i"]
+        assert (c["1.weight"] - c_k["1.weight"]).abs().max() > 1e-3  # the correction's sign matters here
+        model = fed.model.build(data.input_shape, data.num_classes)
+        model.load_state_dict(x)
+        train = data.clients[r.client_id].train
+        F.cross_entropy(model(train.x), train.y).backward()
+        for name, p in model.named_parameters():
+            expected = x[name] - one_step.lr * (p.grad - c_k[name] + c[name])
+            torch.testing.assert_close(r.weights[name], expected, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
 @pytest.mark.parametrize("steps", [1, 7, 300])
 def test_effective_steps_is_the_displacement_of_momentum_sgd_on_a_constant_gradient(steps, momentum):
