@@ -1,4 +1,4 @@
-"""Metrics, one definition used everywhere (DESIGN.md "Metrics").
+"""Metrics, one definition used everywhere: runs, `flsuite compare`, studies and dashboards read these keys.
 
 - Per-domain top-1 accuracy (%) of the global model on each domain's test set (torchmetrics).
 - `acc_mean`: unweighted mean over domains; `acc_std`: population standard deviation over domains (GGEUR's

@@ -120,7 +120,7 @@ class EpochBatches:
 
     Iterating yields one item per local epoch: the list of (x, y) batches of that epoch, drawn with `generator`.
     Lightning therefore runs one `training_step` per epoch and the client module loops over the batches itself,
-    which keeps per-batch framework overhead out of the hot path (DESIGN.md, "Two model families"). With `steps`,
+    which keeps per-batch framework overhead out of the hot path (docs/performance.md, "Frozen-feature rounds"). With `steps`,
     a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
     """
 

@@ -1,5 +1,5 @@
-"""The model contract and the helpers that representation-based methods share (MOON, FedProto, FedNTD; FedCiR,
-FKPL and FedEGG next).
+"""The model contract and the helpers that representation-based methods share (MOON, FedNTD, FedProto, FedProc, FPL,
+FedGen, FedCiR, FKPL, FedEGG).
 
 Contract: every model a `ModelSpec` builds exposes `features(x) -> [batch, d]` and `head`, its final `nn.Linear`
 classifier, with `model(x) == model.head(model.features(x))`. Methods ask the model for its representation through
