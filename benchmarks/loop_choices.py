@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from flsuite.cli import federation_from_configs
-from flsuite.federation.checkpoint import FederationState
+from flsuite.federation.state import FederationState
 
 
 def choice_of(configs: list[str]) -> tuple[int, str]:

@@ -3,25 +3,27 @@ with `torch.load(weights_only=True)` (no arbitrary unpickling).
 
 Randomness is derived from (seed, round, client, purpose), so no RNG state needs saving: the round number is enough.
 Client states are not in the checkpoint file itself but one file per client beside it, written when they change
-(`flsuite.federation.client_states`); the checkpoint names them.
+(`flsuite.federation.client_states`); the checkpoint names them. The state itself: `flsuite.federation.state`.
+Format 4 writes the engine's bookkeeping under keys of its own; formats 1–3 still load (`READABLE_FORMATS`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from flsuite.federation.client_states import ClientStates
-from flsuite.federation.task import State, Weights
+from flsuite.federation.local.choice import LoopChoice
+from flsuite.federation.state import FederationState, QueryAnswer, QueryTotals
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Formats this version reads (1: before protocols of phases, such a checkpoint is phase 0 of the default protocol;
-#: 2: every client's state inside the checkpoint file).
-READABLE_FORMATS = (1, 2, 3)
+#: 2: every client's state inside the checkpoint file; 3: the engine's bookkeeping inside `outputs`, see
+#: `split_old_outputs`).
+READABLE_FORMATS = (1, 2, 3, 4)
 CHECKPOINT_NAME = "last.pt"
 #: The folder of the client-state files, beside the checkpoint.
 CLIENTS_DIR = "clients"
@@ -29,48 +31,6 @@ CLIENTS_DIR = "clients"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be found or does not fit this run."""
-
-
-@dataclass
-class FederationState:
-    """The whole run after `round` completed rounds of phase `phase` (an index into the protocol).
-
-    `global_weights`, `server_state`, `client_states`, `step_states` (one per server step) and `initial_weights` (the
-    phase's W₀, from which a client's initial state is made when it is first sampled) belong to the phase in
-    progress; `outputs` holds what finished phases produced (e.g. their trained weights), by phase name.
-    `generation` counts the checkpoints that wrote client-state files (their names carry it).
-    """
-
-    round: int
-    global_weights: Weights
-    server_state: State
-    client_states: ClientStates
-    history: list[dict[str, Any]] = field(default_factory=list)
-    timings: list[dict[str, Any]] = field(default_factory=list)
-    config_yaml: str = ""
-    phase: int = 0
-    step_states: list[State] = field(default_factory=list)
-    outputs: dict[str, Any] = field(default_factory=dict)
-    initial_weights: Weights = field(default_factory=dict)
-    generation: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.client_states, ClientStates):  # a plain mapping: every state given
-            self.client_states = ClientStates(values=self.client_states)
-
-    @classmethod
-    def empty(cls, phase: int = 0) -> FederationState:
-        return cls(round=0, global_weights={}, server_state={}, client_states=ClientStates(), phase=phase)
-
-    def enter_phase(self, phase: int) -> None:
-        """Start phase `phase` afresh (its own weights and states); history and outputs carry over."""
-        self.phase = phase
-        self.restart_phase()
-
-    def restart_phase(self) -> None:
-        """The phase in progress starts its rounds afresh (a nested phase: FKPL's next expert)."""
-        self.round, self.global_weights, self.server_state, self.step_states = 0, {}, {}, []
-        self.client_states, self.initial_weights = ClientStates(), {}
 
 
 def save_checkpoint(state: FederationState, path: Path) -> None:
@@ -93,6 +53,11 @@ def save_checkpoint(state: FederationState, path: Path) -> None:
         "phase": state.phase,
         "step_states": state.step_states,
         "outputs": state.outputs,
+        "queries": {name: totals.as_record() for name, totals in state.queries.items()},
+        "query_weights": state.query_weights,
+        "local_loop": state.local_loop.as_record() if state.local_loop is not None else None,
+        "nested": state.nested,
+        "answers": {owner: {key: a.as_record() for key, a in kept.items()} for owner, kept in state.answers.items()},
     }
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
@@ -134,6 +99,10 @@ def saved_config(path: Path) -> str:
 
 def load_checkpoint(path: Path) -> FederationState:
     path, payload = _read(path)
+    outputs, engine = dict(payload.get("outputs", {})), payload
+    if payload["format"] < 4:
+        outputs, engine = split_old_outputs(outputs)
+    loop = engine.get("local_loop")
     return FederationState(
         round=int(payload["round"]),
         global_weights=payload["global_weights"],
@@ -149,7 +118,40 @@ def load_checkpoint(path: Path) -> FederationState:
         config_yaml=payload.get("config_yaml", ""),
         phase=int(payload.get("phase", 0)),
         step_states=list(payload.get("step_states", [])),
-        outputs=dict(payload.get("outputs", {})),
+        outputs=outputs,
         initial_weights=payload.get("initial_weights", {}),
         generation=int(payload.get("generation", 0)),
+        queries={name: QueryTotals(**totals) for name, totals in engine.get("queries", {}).items()},
+        query_weights={int(k): d for k, d in engine.get("query_weights", {}).items()},
+        local_loop=LoopChoice(**loop) if loop is not None else None,
+        nested=dict(engine.get("nested", {})),
+        answers={owner: {key: QueryAnswer(**a) for key, a in kept.items()} for owner, kept in engine.get("answers", {}).items()},
     )
+
+
+#: The keys of a once-only query's answer in formats 1–3 (kept in `outputs[owner][key]`).
+_OLD_ANSWER_KEYS = frozenset({"value", "seconds", "bytes_up", "bytes_down"})
+
+
+def split_old_outputs(outputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Formats 1–3 kept the engine's bookkeeping in `outputs` beside what phases published: `outputs["queries"]`,
+    `["query_weights"]`, `["local_loop"]`, and per phase its nested-phase cursor (`outputs[phase]["current"]`) and
+    its once-only answers (`outputs[owner][key]`, a dict of exactly the answer's keys). Returns (what phases
+    published, the bookkeeping in format 4's layout); a phase's entry that held only bookkeeping is dropped."""
+    published = dict(outputs)
+    engine: dict[str, Any] = {k: published.pop(k) for k in ("queries", "query_weights", "local_loop") if k in published}
+    nested, answers = engine.setdefault("nested", {}), engine.setdefault("answers", {})
+    for name, value in list(published.items()):
+        if not isinstance(value, dict):
+            continue
+        value = dict(value)
+        if "current" in value:
+            nested[name] = value.pop("current")
+        kept = {k: value.pop(k) for k in list(value) if isinstance(value[k], dict) and set(value[k]) == _OLD_ANSWER_KEYS}
+        if kept:
+            answers[name] = kept
+        if value:
+            published[name] = value
+        else:
+            del published[name]
+    return published, engine

@@ -13,17 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from flsuite import progress
 from flsuite.data.base import FederatedData
-from flsuite.federation.checkpoint import (
-    CHECKPOINT_NAME,
-    FederationState,
-    save_checkpoint,
-)
+from flsuite.federation.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from flsuite.federation.executors import Executor
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
 from flsuite.federation.query import ClientQuery, QueryOutcome, ask
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerContext, ServerStep
+from flsuite.federation.state import FederationState, QueryAnswer, QueryTotals
 from flsuite.federation.task import ClientResult, LocalTraining, Weights
 from flsuite.federation.weights import digest
 from flsuite.models.heads import ModelSpec
@@ -33,9 +30,6 @@ from flsuite.seeding import derive_seed
 if TYPE_CHECKING:
     from flsuite.federation.phases import Phase
     from flsuite.tracking import Tracker
-
-#: `state.outputs` key: client → digest of the model weights a client query last sent it (`RunContext.query`).
-QUERY_WEIGHTS = "query_weights"
 
 
 @dataclass(frozen=True)
@@ -81,17 +75,16 @@ class RunContext:
         self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None
     ) -> QueryOutcome:
         """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
-        The bytes each way are added to `state.outputs["queries"][query.name]` (checkpointed; `query/...` in the summary).
+        The bytes each way are added to `state.queries[query.name]` (checkpointed; `query/...` in the summary).
         `weights` are counted once per client: a client keeps the model weights a query last sent it, so a later query
         with the same weights (equal content, `weights.digest`) costs it nothing down for them (the simulated client
-        still gets them: it keeps nothing between calls); which digest each client holds is in
-        `state.outputs["query_weights"]` (checkpointed). A bar over the asked clients shows the exchange; the executor
-        answers all of them in one call, so it moves when they have answered."""
-        seed = self.settings.seed
+        still gets them: it keeps nothing between calls); which digest each client holds is in `state.query_weights`
+        (checkpointed). A bar over the asked clients shows the exchange; the executor answers all of them in one call,
+        so it moves when they have answered."""
+        seed, state = self.settings.seed, self.state
         clients = list(range(len(self.data.clients)) if clients is None else clients)
         key = digest(weights) if weights is not None else None
-        held = self.state.outputs.get(QUERY_WEIGHTS, {})
-        charged = [k for k in clients if key is None or held.get(k) != key]
+        charged = [k for k in clients if key is None or state.query_weights.get(k) != key]
 
         def seed_of(k: int) -> int:
             return derive_seed(seed, client=k, purpose=f"query/{query.name}")
@@ -100,32 +93,29 @@ class RunContext:
             outcome = ask(self.executor.query, query, clients, seed_of, broadcast, weights, charged)
             bar.update(len(clients))
         if key is not None:
-            self.state.outputs.setdefault(QUERY_WEIGHTS, {}).update(dict.fromkeys(clients, key))
-        totals = self.state.outputs.setdefault("queries", {}).setdefault(query.name, {"calls": 0, "bytes_up": 0, "bytes_down": 0})
-        totals["calls"] += 1
-        totals["bytes_up"] += outcome.bytes_up
-        totals["bytes_down"] += outcome.bytes_down
+            state.query_weights.update(dict.fromkeys(clients, key))
+        state.queries.setdefault(query.name, QueryTotals()).add(outcome.bytes_up, outcome.bytes_down)
         return outcome
 
-    def query_once(self, owner: str, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> dict[str, Any]:
-        """`query` asked once per run: `reduce(outcome)`, its seconds and bytes are kept in `outputs[owner][key]` and
-        checkpointed, so a resumed run neither asks again nor counts twice; an exchange interrupted before it was
-        reduced is not counted. Returns {"value", "seconds", "bytes_up", "bytes_down"}."""
-        scratch = self.state.outputs.setdefault(owner, {})
-        if key not in scratch:
-            before = {k: copy.deepcopy(self.state.outputs[k]) for k in ("queries", QUERY_WEIGHTS) if k in self.state.outputs}
+    def query_once(self, owner: str, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> QueryAnswer:
+        """`query` asked once per run: `reduce(outcome)`, its seconds and bytes are kept in `state.answers[owner][key]`
+        and checkpointed, so a resumed run neither asks again nor counts twice; an exchange interrupted before it was
+        reduced is not counted."""
+        state = self.state
+        kept = state.answers.get(owner, {})
+        if key not in kept:
+            before = copy.deepcopy((state.queries, state.query_weights))
             t0 = time.perf_counter()
             try:
                 outcome = self.query(query, **kwargs)
                 value = reduce(outcome)
             except BaseException:
-                for k in ("queries", QUERY_WEIGHTS):
-                    self.state.outputs.pop(k, None)
-                self.state.outputs.update(before)
+                state.queries, state.query_weights = before
                 raise
-            scratch[key] = {"value": value, "seconds": time.perf_counter() - t0, "bytes_up": outcome.bytes_up, "bytes_down": outcome.bytes_down}
+            kept[key] = QueryAnswer(value, time.perf_counter() - t0, outcome.bytes_up, outcome.bytes_down)
+            state.answers[owner] = kept
             self.checkpoint()
-        return scratch[key]
+        return kept[key]
 
     # ---- the server ------------------------------------------------------------------------------------------
     def server_context(
@@ -170,13 +160,12 @@ class RunContext:
     def run_nested(self, phase: Phase, inside: str) -> None:
         """Run `phase` inside the phase `inside` (FKPL's experts, its federated head) unless it has published its
         outputs: a fresh start (`FederationState.restart_phase`) unless it is the one a resumed run was inside, which
-        `outputs[inside]["current"]` records; checkpointed when it has finished."""
+        `state.nested[inside]` records; checkpointed when it has finished."""
         if phase.name in self.state.outputs:
             return
-        scratch = self.state.outputs.setdefault(inside, {})
-        if scratch.get("current") != phase.name:
+        if self.state.nested.get(inside) != phase.name:
             self.state.restart_phase()
-            scratch["current"] = phase.name
+            self.state.nested[inside] = phase.name
         phase.run(self)
         self.checkpoint()
 

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from flsuite import progress, records
-from flsuite.federation.checkpoint import FederationState
 from flsuite.federation.client_states import ClientStates
 from flsuite.federation.server import ServerStep, run_server_steps
+from flsuite.federation.state import FederationState
 from flsuite.federation.task import (
     ClientFailure,
     ClientResult,

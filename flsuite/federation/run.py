@@ -17,12 +17,7 @@ from jsonargparse import lazy_instance
 
 from flsuite.data.base import DataSource, FederatedData
 from flsuite.data.validation import ValidationSplit
-from flsuite.federation.checkpoint import (
-    FederationState,
-    load_checkpoint,
-    resolve_checkpoint,
-    run_dir_of,
-)
+from flsuite.federation.checkpoint import load_checkpoint, resolve_checkpoint, run_dir_of
 from flsuite.federation.context import RunContext, RunSettings
 from flsuite.federation.executors import Executor, SerialExecutor
 from flsuite.federation.local.choice import LoopChoice, choose_loop, resolved
@@ -32,12 +27,14 @@ from flsuite.federation.phases import ClientFailedError, Phase, Rounds
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerStep, check_step_names
 from flsuite.federation.setup import SetupStage
+from flsuite.federation.state import FederationState
 from flsuite.federation.task import LocalTraining
 from flsuite.interrupts import RunInterrupted, note_run_dir
 from flsuite.metrics import domain_table, final_summary
 from flsuite.models.heads import ModelSpec
 from flsuite.preflight import check_run
 from flsuite.progress import shown as progress_shown
+from flsuite.records import QUERY_PREFIX
 from flsuite.runfolder import check_run_dir_free, create_run_dir, write_config
 from flsuite.runtime import ThreadPolicy
 from flsuite.tracking import (
@@ -246,8 +243,8 @@ class Federation:
                     raise
                 records = next((r for r in (p.summary_records(state.history) for p in reversed(self.protocol)) if r), [])
                 summary = final_summary(records, self.last_k, self.target_acc)
-                for name, totals in state.outputs.get("queries", {}).items():
-                    summary.update({f"query/{name}/{k}": v for k, v in totals.items()})
+                for name, totals in state.queries.items():
+                    summary.update({f"{QUERY_PREFIX}{name}/{k}": v for k, v in totals.as_record().items()})
                 for phase in self.protocol:
                     summary.update(phase.summary_extras(state))
                 table = domain_table(summary, fed.domains, self.last_k) if summary else ""
@@ -261,13 +258,12 @@ class Federation:
 
     def loop_choice(self, fed: FederatedData, state: FederationState) -> LoopChoice:
         """`local.loop` decided for this run (`flsuite.federation.local.choice`), logged; kept in the checkpointed
-        outputs, so a resumed run trains with the loop it started with."""
-        if "local_loop" in state.outputs:
-            choice = LoopChoice(**state.outputs["local_loop"])
+        state (`state.local_loop`), so a resumed run trains with the loop it started with."""
+        if state.local_loop is not None:
+            choice = state.local_loop
         elif state.history and self.local.loop == "auto":  # resuming a run begun before `auto` (checkpoint format 3)
             began = ((yaml.safe_load(state.config_yaml or "") or {}).get("local") or {}).get("loop", "lean")  # lean: the old default
             choice = LoopChoice(began, "the loop this resumed run began with (before local.loop auto)", "auto")
-            state.outputs["local_loop"] = choice.as_record()
         else:
             choice = choose_loop(
                 self.local,
@@ -278,7 +274,7 @@ class Federation:
                 self.rounds,
                 self.executor.processes,
             )
-            state.outputs["local_loop"] = choice.as_record()
+        state.local_loop = choice
         log.info("%s", choice.log_line())
         return choice
 

@@ -160,8 +160,8 @@ class Calibrate(FKPLPhase):
             return
         ctx.use(ConcatExperts(settings.model, num, with_head=False), FedAvg())
         protos = ctx.query_once(self.name, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, data.num_classes), weights=enc)
-        has = protos["value"]["has"]
-        bc = {"protos": protos["value"]["protos"][has], "has": has, "cluster": torch.tensor(labels)}
+        has = protos.value["has"]
+        bc = {"protos": protos.value["protos"][has], "has": has, "cluster": torch.tensor(labels)}
         query = VirtualFeatureQuery(f.a, f.b, f.lam_on, f.partner, f.virtual_per_sample, f.lam_decimals)
 
         def pool(outcome: QueryOutcome) -> dict[str, torch.Tensor]:
@@ -173,7 +173,7 @@ class Calibrate(FKPLPhase):
             }
 
         virtual = ctx.query_once(self.name, "virtual", query, pool, broadcast=bc, weights=enc)
-        vx, vy, vc = virtual["value"]["x"], virtual["value"]["y"], virtual["value"]["cluster"]
+        vx, vy, vc = virtual.value["x"], virtual.value["y"], virtual.value["cluster"]
         t0 = time.perf_counter()
         server = ctx.server_context(0)
         head, loss = fit_head(server, Split(vx, vy), data.num_classes, f, purpose="fkpl/head")
@@ -183,17 +183,17 @@ class Calibrate(FKPLPhase):
         record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate_federation(model, data, device=settings.eval_device)}
         if f.personalized_heads:
             record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
-        ctx.outputs(self.name)["head"] = head
+        ctx.publish(self.name, {"head": head})
         cost.update(
             {
-                "stage2/scalars_up/prototypes": int(protos["value"]["scalars_up"]),
-                "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos["value"]["has"].sum()) * vx.shape[1],
+                "stage2/scalars_up/prototypes": int(protos.value["scalars_up"]),
+                "stage2/scalars_down/domain_prototypes": len(data.clients) * int(protos.value["has"].sum()) * vx.shape[1],
                 "stage2/scalars_up/virtual_features": scalars(vx),
                 "stage2/num_virtual": len(vy),
-                "stage2/bytes_up": protos["bytes_up"] + virtual["bytes_up"],
-                "stage2/bytes_down": protos["bytes_down"] + virtual["bytes_down"],
-                "stage2/time/prototypes_s": protos["seconds"],
-                "stage2/time/virtual_s": virtual["seconds"],
+                "stage2/bytes_up": protos.bytes_up + virtual.bytes_up,
+                "stage2/bytes_down": protos.bytes_down + virtual.bytes_down,
+                "stage2/time/prototypes_s": protos.seconds,
+                "stage2/time/virtual_s": virtual.seconds,
                 "stage2/time/head_fit_s": t_head,
             }
         )

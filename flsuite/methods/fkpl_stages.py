@@ -67,7 +67,7 @@ class ClusterClients(FKPLPhase):
                 return {"angles": torch.tensor(angle_matrix(bases, f.angle)), "scalars": scalars(bases)}
 
             answer = ctx.query_once(self.name, "bases", f.subspace_query(), reduce)
-            angles, up, up_scalars, t_pre = answer["value"]["angles"].numpy(), answer["bytes_up"], answer["value"]["scalars"], answer["seconds"]
+            angles, up, up_scalars, t_pre = answer.value["angles"].numpy(), answer.bytes_up, answer.value["scalars"], answer.seconds
             t0 = time.perf_counter()
             labels = cluster(angles, f.threshold, f.linkage)
         elif f.assignment == "domains":
@@ -125,7 +125,7 @@ class TrainExperts(FKPLPhase):
         experts = self.experts(ctx)
         for phase in experts:
             ctx.run_nested(phase, inside=self.name)
-        ctx.publish(self.name, {**ctx.outputs(self.name), "phases": [p.name for p in experts], "weights": [ctx.outputs(p.name)["weights"] for p in experts]})
+        ctx.publish(self.name, {"phases": [p.name for p in experts], "weights": [ctx.outputs(p.name)["weights"] for p in experts]})
 
     def experts(self, ctx: RunContext) -> list[Rounds]:
         """One FedAvg phase per cluster of Stage 0."""

@@ -11,9 +11,10 @@ import torch
 
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation import checkpoint
-from flsuite.federation.checkpoint import FederationState, load_checkpoint, save_checkpoint
+from flsuite.federation.checkpoint import load_checkpoint, save_checkpoint
 from flsuite.federation.client_states import ClientStates
 from flsuite.federation.sampling import ClientSampling
+from flsuite.federation.state import FederationState
 from flsuite.methods.scaffold import Scaffold
 from tests.helpers import head_federation, killed_and_resumed
 

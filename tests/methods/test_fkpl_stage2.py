@@ -34,7 +34,7 @@ def test_domain_prototypes_are_the_unweighted_mean_of_the_members_class_means(tm
     weights and the clients' data by hand: a constant factor in either step, or sample weighting, fails."""
     fkpl_federation(tmp_path, head_epochs=1).fit()
     state = load_checkpoint(tmp_path)
-    got = state.outputs["calibrate"]["prototypes"]["value"]["protos"]
+    got = state.answers["calibrate"]["prototypes"].value["protos"]
     enc = encoder_weights([state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3)))
     model = ConcatExperts(MLP(hidden=(8,)), 3, enc, with_head=False).build((16,), 3)
     clients = PlantedSubspaces().build(SEED).clients

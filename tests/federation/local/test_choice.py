@@ -83,7 +83,7 @@ def test_a_resumed_run_keeps_the_loop_it_began_with(tmp_path, monkeypatch):
     monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 1)
     head_federation(None, rounds=3, method=Scaffold()).fit(resume=tmp_path)
     assert environment(tmp_path)["loop"] == "lean"
-    assert load_checkpoint(tmp_path).outputs["local_loop"]["loop"] == "lean"
+    assert load_checkpoint(tmp_path).local_loop.loop == "lean"
 
 
 @pytest.mark.parametrize(("config_yaml", "began"), [("local:\n  loop: standard\n", "standard"), ("seed: 7\n", "lean")], ids=["named", "default"])
@@ -93,7 +93,7 @@ def test_a_run_begun_before_auto_resumes_on_the_loop_its_config_named(tmp_path, 
     head_federation(tmp_path, rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop=began)).fit(config_yaml=config_yaml)
     (last,) = tmp_path.rglob("last.pt")
     payload = torch.load(last, weights_only=False)
-    del payload["outputs"]["local_loop"]
+    payload["local_loop"] = None
     torch.save(payload, last)
     head_federation(None, rounds=3).fit(resume=tmp_path)
     assert environment(tmp_path)["loop"] == began and "began with" in environment(tmp_path)["reason"]

@@ -1,0 +1,175 @@
+"""Checkpoints of every older format still load and resume exactly (flsuite/federation/checkpoint.py). Each older file
+is made from a format-4 checkpoint of a killed run, rewritten into the older layout the way that version wrote it:
+
+- 3: the engine's bookkeeping inside `outputs` (`"queries"`, `"query_weights"`, `"local_loop"`, a phase's nested
+  cursor `outputs[phase]["current"]`, a once-only answer `outputs[owner][key]`);
+- 2: also every client's state inside the file, no W₀, no state files;
+- 1: also no phases: no `phase`, `step_states` or `outputs` (phase 0 of the default protocol, no loop recorded).
+
+The resumed run's metrics.jsonl equals the uninterrupted run's, and so do its query totals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import flsuite.methods.fkpl_calibrate as calibrate
+from flsuite.federation.checkpoint import CHECKPOINT_NAME, CLIENTS_DIR, load_checkpoint, split_old_outputs
+from flsuite.federation.phases import Rounds
+from flsuite.interrupts import RunInterrupted
+from flsuite.methods.scaffold import Scaffold
+from tests.federation.test_run import CrashAtRound
+from tests.helpers import head_federation
+from tests.methods.test_fkpl import fkpl_federation
+
+ENGINE_KEYS = ("queries", "query_weights", "local_loop", "nested", "answers")
+
+
+def to_format_3(payload: dict) -> dict:
+    outputs = {k: dict(v) if isinstance(v, dict) else v for k, v in payload["outputs"].items()}
+    engine = {k: payload.pop(k) for k in ENGINE_KEYS}
+    for key in ("queries", "query_weights", "local_loop"):
+        if engine[key]:
+            outputs[key] = engine[key]
+    for inside, name in engine["nested"].items():
+        outputs.setdefault(inside, {})["current"] = name
+    for owner, kept in engine["answers"].items():
+        outputs.setdefault(owner, {}).update(kept)
+    return {**payload, "format": 3, "outputs": outputs}
+
+
+def to_format_2(payload: dict, clients: Path) -> dict:
+    payload = to_format_3(payload)
+    files = payload.pop("client_files")
+    assert sorted(int(k) for k in files) == sorted(payload.pop("client_ids")), "format 2 holds every client's state"
+    payload["client_states"] = {k: torch.load(clients / name, weights_only=True) for k, name in files.items()}
+    for key in ("initial_weights", "generation"):
+        payload.pop(key)
+    return {**payload, "format": 2}
+
+
+def to_format_1(payload: dict, clients: Path) -> dict:
+    payload = to_format_2(payload, clients)
+    assert payload.pop("phase") == 0 and not payload.pop("step_states"), "format 1 knows only the default protocol"
+    assert set(payload.pop("outputs")) <= {"local_loop"}, "format 1 kept no outputs"
+    return {**payload, "format": 1}
+
+
+def downgrade(run_dir: Path, fmt: int) -> None:
+    """Rewrite the run's format-4 checkpoint as format `fmt` wrote it."""
+    path = run_dir / "checkpoints" / CHECKPOINT_NAME
+    clients = path.parent / CLIENTS_DIR
+    payload = torch.load(path, weights_only=True)
+    assert payload["format"] == 4
+    old = {3: lambda p: to_format_3(p), 2: lambda p: to_format_2(p, clients), 1: lambda p: to_format_1(p, clients)}[fmt](payload)
+    torch.save(old, path)
+    if fmt < 3:
+        shutil.rmtree(clients)
+
+
+# ---- the default protocol (SCAFFOLD: client states) -------------------------------------------------------------
+SCAFFOLD = {"method": Scaffold(), "rounds": 4}
+
+
+@pytest.fixture(scope="module")
+def scaffold_full(tmp_path_factory):
+    run = tmp_path_factory.mktemp("scaffold")
+    head_federation(run, **SCAFFOLD).fit()
+    return run
+
+
+@pytest.mark.parametrize("fmt", [1, 2, 3])
+def test_a_default_protocol_checkpoint_of_each_older_format_resumes_exactly(tmp_path, scaffold_full, fmt):
+    with pytest.raises(KeyboardInterrupt):
+        head_federation(tmp_path, executor=CrashAtRound(3), **SCAFFOLD).fit()
+    downgrade(tmp_path, fmt)
+    loaded = load_checkpoint(tmp_path)
+    assert loaded.round == 2 and loaded.outputs == {} and (loaded.local_loop is None) == (fmt == 1)
+    head_federation(None, **SCAFFOLD).fit(resume=tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == (scaffold_full / "metrics.jsonl").read_text()
+    full, resumed = load_checkpoint(scaffold_full), load_checkpoint(tmp_path)
+    for k in full.client_states:
+        a, b = full.client_states[k]["c_i"], resumed.client_states[k]["c_i"]
+        assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+# ---- FKPL: every kind of engine bookkeeping ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fkpl_full(tmp_path_factory):
+    run = tmp_path_factory.mktemp("fkpl")
+    fkpl_federation(run).fit()
+    return run
+
+
+def kill_fkpl(run_dir: Path, where: str, monkeypatch) -> None:
+    """Killed in expert 1's second round (a nested cursor, Stage 0's answer) or inside the virtual-feature exchange
+    (Stage II's prototype answer, the weights each client holds from it)."""
+    real_round, real_compute = Rounds._round, calibrate.VirtualFeatureQuery.compute
+
+    def _round(self, ctx, rnd, *a, **k):
+        if where == "experts" and self.name == "experts/expert1" and rnd == 2:
+            raise RunInterrupted()
+        return real_round(self, ctx, rnd, *a, **k)
+
+    def compute(self, client, task, model):
+        if where == "virtual" and client.client_id == 3:
+            raise RunInterrupted()
+        return real_compute(self, client, task, model)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Rounds, "_round", _round)
+        patch.setattr(calibrate.VirtualFeatureQuery, "compute", compute)
+        with pytest.raises(RunInterrupted):
+            fkpl_federation(run_dir).fit()
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("where", ["experts", "virtual"])
+def test_an_fkpl_checkpoint_of_each_older_format_resumes_exactly(tmp_path, monkeypatch, fkpl_full, fmt, where):
+    kill_fkpl(tmp_path, where, monkeypatch)
+    new = load_checkpoint(tmp_path)
+    downgrade(tmp_path, fmt)
+    old = load_checkpoint(tmp_path)
+    assert old.outputs.keys() == new.outputs.keys() and old.nested == new.nested and old.query_weights == new.query_weights
+    assert old.queries == new.queries and old.local_loop == new.local_loop
+    assert {o: {k: (a.bytes_up, a.bytes_down) for k, a in kept.items()} for o, kept in old.answers.items()} == {
+        o: {k: (a.bytes_up, a.bytes_down) for k, a in kept.items()} for o, kept in new.answers.items()
+    }
+    summary = fkpl_federation(None).fit(resume=tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == (fkpl_full / "metrics.jsonl").read_text()
+    full, resumed = load_checkpoint(fkpl_full), load_checkpoint(tmp_path)
+    assert resumed.queries == full.queries and summary["query/fkpl/virtual/calls"] == 1
+    assert all(torch.equal(resumed.outputs["calibrate"]["head"][k], full.outputs["calibrate"]["head"][k]) for k in ("weight", "bias"))
+
+
+def test_outputs_hold_only_what_the_phases_published(fkpl_full):
+    """No engine key in `outputs`: one entry per phase that published (FKPL's three, its experts), the engine's
+    bookkeeping in its own fields."""
+    state = load_checkpoint(fkpl_full)
+    experts = [f"experts/expert{v}" for v in range(3)]
+    assert list(state.outputs) == ["cluster", *experts, "experts", "calibrate"]
+    assert set(state.outputs["experts"]) == {"phases", "weights"} and set(state.outputs["calibrate"]) == {"head"}
+    assert state.nested == {"experts": "experts/expert2"} and set(state.answers) == {"cluster", "calibrate"}
+    assert set(state.queries) == {"fkpl/subspace", "fkpl/prototypes", "fkpl/virtual"} and state.local_loop is not None
+
+
+def test_the_old_layout_splits_into_what_phases_published_and_the_engine_bookkeeping():
+    answer = {"value": torch.ones(2), "seconds": 0.5, "bytes_up": 8, "bytes_down": 0}
+    outputs = {
+        "queries": {"q": {"calls": 1, "bytes_up": 8, "bytes_down": 0}},
+        "query_weights": {0: "abc"},
+        "local_loop": {"loop": "lean", "reason": "r", "requested": "auto"},
+        "cluster": {"labels": [0, 1], "bases": answer},
+        "experts": {"current": "experts/expert1", "weights": [{}]},
+        "calibrate": {"current": "calibrate/head"},
+        "train": {"weights": {"w": torch.zeros(1)}},
+    }
+    published, engine = split_old_outputs(outputs)
+    assert published == {"cluster": {"labels": [0, 1]}, "experts": {"weights": [{}]}, "train": outputs["train"]}
+    assert engine["nested"] == {"experts": "experts/expert1", "calibrate": "calibrate/head"}
+    assert engine["answers"] == {"cluster": {"bases": answer}} and engine["query_weights"] == {0: "abc"}
+    assert engine["queries"] == outputs["queries"] and engine["local_loop"] == outputs["local_loop"]
+    assert "current" in outputs["experts"]  # the loaded payload is not changed
