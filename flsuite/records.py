@@ -17,7 +17,9 @@ A round record (`Rounds`):
 | `acc/<domain>`, `acc_mean`, `acc_std`, `acc_std_sample` | evaluation, in rounds that evaluate (`eval_every`) |
 
 A phase with a metric prefix (e.g. `expert0/`) writes `{"round", "phase", "<prefix><key>": ...}`. A timing record
-has `round` (and `phase`) and `time/round_s`, `time/clients_s`, `time/eval_s`, prefixed the same way.
+has `round` (and `phase`) and `time/round_s`, `time/clients_s`, `time/eval_s`, prefixed the same way. Every phase
+builds its records and timings with `record(round, *parts, phase=, prefix=)` (bytes as the part `traffic(up, down)`),
+never by writing these keys itself.
 
 The summary (`flsuite.metrics.final_summary`): `last<k>/<acc key>` (averages over the last k evaluated rounds),
 `last<k>/rounds`, `last/<acc key>`, `best/acc_mean`, `best/round`, `rounds_to_target`, `target_acc`, and the byte
@@ -166,13 +168,25 @@ def evaluated(history: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in history if ACC_MEAN in r]
 
 
-def with_prefix(record: Mapping[str, Any], phase: str, prefix: str) -> dict[str, Any]:
-    """A phase's record under its metric prefix: `round` kept, `phase` added, every other key prefixed."""
-    return {ROUND: record[ROUND], PHASE: phase, **{f"{prefix}{k}": v for k, v in record.items() if k != ROUND}}
+def record(round: int, *parts: Mapping[str, Any], phase: str | None = None, prefix: str = "") -> dict[str, Any]:
+    """The one builder of a committed step's record (metrics.jsonl) and timing (timings.jsonl), used by every phase:
+    `round`, `phase` when given, then the keys of `parts` in their order, each under the phase's metric `prefix`
+    (e.g. `expert0/`; "" keeps the plain names). Bytes go in as a part, `traffic(...)`."""
+    out: dict[str, Any] = {ROUND: round}
+    if phase is not None:
+        out[PHASE] = phase
+    for part in parts:
+        out.update({f"{prefix}{k}": v for k, v in part.items()})
+    return out
+
+
+def traffic(up: int | None = None, down: int | None = None) -> dict[str, int]:
+    """What a step sent, as a record part: `bytes_down` and `bytes_up`, those given."""
+    return {k: v for k, v in ((BYTES_DOWN, down), (BYTES_UP, up)) if v is not None}
 
 
 def without_prefix(record: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """`with_prefix` undone: the record under the plain names (for the summary)."""
+    """A prefixed record under the plain names (for the summary): `prefix` removed from every key that has it."""
     n = len(prefix)
     return {k[n:] if k.startswith(prefix) else k: v for k, v in record.items()}
 

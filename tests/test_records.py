@@ -12,10 +12,16 @@ from tests.helpers import head_federation
 
 
 def test_a_prefixed_record_round_trips_to_the_plain_names():
-    plain = {"round": 3, "acc_mean": 50.0, "acc/a": 40.0, "bytes_up": 12}
-    prefixed = records.with_prefix(plain, "experts/expert0", "expert0/")
+    metrics = {"acc_mean": 50.0, "acc/a": 40.0}
+    prefixed = records.record(3, metrics, records.traffic(up=12), phase="experts/expert0", prefix="expert0/")
     assert prefixed == {"round": 3, "phase": "experts/expert0", "expert0/acc_mean": 50.0, "expert0/acc/a": 40.0, "expert0/bytes_up": 12}
-    assert records.without_prefix(prefixed, "expert0/") == {**plain, "phase": "experts/expert0"}
+    assert records.without_prefix(prefixed, "expert0/") == {"round": 3, "phase": "experts/expert0", **metrics, "bytes_up": 12}
+
+
+def test_the_record_builder_keeps_the_order_of_its_parts_and_names_the_phase_only_when_given():
+    built = records.record(2, {"a": 1}, records.traffic(up=5, down=7), {"z": 0})
+    assert list(built.items()) == [("round", 2), ("a", 1), ("bytes_down", 7), ("bytes_up", 5), ("z", 0)]
+    assert records.record(0, phase="cluster") == {"round": 0, "phase": "cluster"} and records.traffic() == {}
 
 
 def test_the_summary_prefix_follows_last_k_and_an_unfinished_summary_is_named():

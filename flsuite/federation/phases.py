@@ -180,14 +180,12 @@ class Rounds(Phase):
         global_model.load_state_dict(weights)
 
         n_total = sum(r.num_samples for r in results)
-        record: dict[str, Any] = {
-            records.ROUND: rnd,
+        metrics: dict[str, Any] = {
             records.CLIENTS: sampled,
             records.CLIENTS_FAILED: [f.client_id for f in failed],
             records.CLIENTS_REJECTED: rejected,
             records.TRAIN_LOSS: sum(r.train_loss * r.num_samples for r in results) / n_total,
-            records.BYTES_DOWN: sum(method.bytes_down(t) for t in tasks),
-            records.BYTES_UP: sum(method.bytes_up(r) for r in results),
+            **records.traffic(up=sum(method.bytes_up(r) for r in results), down=sum(method.bytes_down(t) for t in tasks)),
             records.CLIENT_LOSS: {str(r.client_id): r.train_loss for r in results},
             records.CLIENT_STEPS: {str(r.client_id): r.num_steps for r in results},
             **client_metrics(type(method).__name__, results),
@@ -195,11 +193,12 @@ class Rounds(Phase):
         }
         t_eval = time.perf_counter()
         if rnd % settings.eval_every == 0 or rnd == rounds:
-            record.update(evaluate_federation(global_model, data, device=settings.eval_device))  # + val/ with validation data
+            metrics.update(evaluate_federation(global_model, data, device=settings.eval_device))  # + val/ with validation data
         now = time.perf_counter()
-        timing = {records.ROUND: rnd, records.ROUND_SECONDS: now - t0, records.CLIENTS_SECONDS: t_clients, records.EVAL_SECONDS: now - t_eval}
-        if self.prefix:
-            record, timing = records.with_prefix(record, self.name, self.prefix), records.with_prefix(timing, self.name, self.prefix)
+        seconds = {records.ROUND_SECONDS: now - t0, records.CLIENTS_SECONDS: t_clients, records.EVAL_SECONDS: now - t_eval}
+        phase = self.name if self.prefix else None  # the default protocol's rounds: plain names, no phase
+        record = records.record(rnd, metrics, phase=phase, prefix=self.prefix)
+        timing = records.record(rnd, seconds, phase=phase, prefix=self.prefix)
         return _Round(record, timing, clone_weights(global_model.state_dict()), update.state, {r.client_id: r.state for r in results}, step_states)
 
     def summary_records(self, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

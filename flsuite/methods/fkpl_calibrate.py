@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from flsuite import records
 from flsuite.data.base import EpochBatches, Split
 from flsuite.federation.context import RunContext
 from flsuite.federation.phases import Rounds
@@ -22,6 +23,9 @@ from flsuite.methods.fkpl_stages import FKPLPhase, scalars
 from flsuite.metrics import evaluate, evaluate_federation
 from flsuite.models.heads import Linear
 from flsuite.models.representation import check_contract
+
+#: The metric prefix of the federated-head control's rounds (`head: federated`).
+HEAD_PREFIX = "head/"
 
 
 # ---- client queries ---------------------------------------------------------------------------------------------
@@ -151,7 +155,7 @@ class Calibrate(FKPLPhase):
                 model=ConcatExperts(settings.model, num, enc),
                 method=FederatedHead("samples"),
                 server_steps=[],
-                prefix="head/",
+                prefix=HEAD_PREFIX,
             )
             ctx.run_nested(sub, inside=self.name)
             self.log_costs(ctx, cost)
@@ -180,9 +184,9 @@ class Calibrate(FKPLPhase):
         t_head = time.perf_counter() - t0
         model = ConcatExperts(settings.model, num, enc).build(data.input_shape, data.num_classes)
         check_contract(model).head.load_state_dict(head)
-        record: dict[str, Any] = {"round": 1, "phase": self.name, **evaluate_federation(model, data, device=settings.eval_device)}
+        metrics = evaluate_federation(model, data, device=settings.eval_device)
         if f.personalized_heads:
-            record.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
+            metrics.update(self.personalised(ctx, server, model, vx, vy, vc, labels))
         ctx.publish(self.name, {"head": head})
         cost.update(
             {
@@ -198,8 +202,8 @@ class Calibrate(FKPLPhase):
             }
         )
         counts = {k: v for k, v in cost.items() if "time" not in k}  # wall times go to timings.jsonl, not the record
-        record.update({"server/head_loss": loss, "d_V": int(vx.shape[1]), **counts})
-        timing = {"round": 1, "phase": self.name, **{k: v for k, v in cost.items() if "time" in k}}
+        record = records.record(1, metrics, {f"{records.SERVER_PREFIX}head_loss": loss, "d_V": int(vx.shape[1]), **counts}, phase=self.name)
+        timing = records.record(1, {k: v for k, v in cost.items() if "time" in k}, phase=self.name)
         ctx.commit(record, timing, checkpoint=True)
         self.log_costs(ctx, cost)
 
@@ -234,15 +238,15 @@ class Calibrate(FKPLPhase):
 
         m = len(ctx.data.clients)
         return {
-            "stage0/bytes_up": s0["bytes_up"],
+            "stage0/bytes_up": s0[records.BYTES_UP],
             "stage0/scalars_up": s0["scalars_up"],
             "stage0/time/preprocess_s": t0["time/preprocess_s"],
             "stage0/time/cluster_s": t0["time/cluster_s"],
-            "stage1/bytes_up": total(s1, "/bytes_up"),
-            "stage1/bytes_down": total(s1, "/bytes_down"),
+            "stage1/bytes_up": total(s1, f"/{records.BYTES_UP}"),
+            "stage1/bytes_down": total(s1, f"/{records.BYTES_DOWN}"),
             "stage1/scalars_per_expert": [scalars(w) for w in experts],
-            "stage1/rounds": len({r["round"] for r in s1}),
-            "stage1/time_s": total(t1, "/time/round_s"),
+            "stage1/rounds": len({r[records.ROUND] for r in s1}),
+            "stage1/time_s": total(t1, f"/{records.ROUND_SECONDS}"),
             "stage2/encoder_bytes_down": m * num_bytes(enc),
             "stage2/encoder_scalars_down": m * scalars(enc),
         }
@@ -253,11 +257,10 @@ class Calibrate(FKPLPhase):
 
     def summary_extras(self, state) -> dict[str, Any]:
         """Tables 9–10 in summary.json: the per-stage counts of this phase's record (wall times: timings.jsonl)."""
-        record: dict[str, Any] = next((r for r in reversed(state.history) if r.get("phase") == self.name), {})
+        record: dict[str, Any] = next((r for r in reversed(state.history) if r.get(records.PHASE) == self.name), {})
         return {f"fkpl/{k}": v for k, v in record.items() if k.startswith(("stage0/", "stage1/", "stage2/"))}
 
     def summary_records(self, history) -> list[dict[str, Any]]:
         if self.fkpl.head == "federated":
-            n = len("head/")
-            return [{k[n:] if k.startswith("head/") else k: v for k, v in r.items()} for r in history if r.get("phase") == f"{self.name}/head"]
-        return [r for r in history if r.get("phase") == self.name]
+            return [records.without_prefix(r, HEAD_PREFIX) for r in history if r.get(records.PHASE) == f"{self.name}/head"]
+        return [r for r in history if r.get(records.PHASE) == self.name]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from flsuite import records
 from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.query import QueryOutcome
 from flsuite.methods.fedavg import FedAvg
@@ -85,17 +86,9 @@ class ClusterClients(FKPLPhase):
         ctx.artifact("fkpl_clusters.json").write_text(
             json.dumps({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}, indent=1) + "\n"
         )
-        record = {
-            "round": 0,
-            "phase": self.name,
-            "cluster/num_clusters": max(labels) + 1,
-            "cluster/purity": result["purity"],
-            "cluster/threshold": f.threshold,
-            "cluster/labels": labels,
-            "bytes_up": up,
-            "scalars_up": up_scalars,
-        }
-        timing = {"round": 0, "phase": self.name, "time/preprocess_s": t_pre, "time/cluster_s": t_cluster}
+        clustered = {"cluster/num_clusters": max(labels) + 1, "cluster/purity": result["purity"], "cluster/threshold": f.threshold, "cluster/labels": labels}
+        record = records.record(0, clustered, records.traffic(up=up), {"scalars_up": up_scalars}, phase=self.name)
+        timing = records.record(0, {"time/preprocess_s": t_pre, "time/cluster_s": t_cluster}, phase=self.name)
         ctx.commit(record, timing, checkpoint=True)
 
 

@@ -37,7 +37,7 @@ from typing import Literal
 
 import torch
 
-from flsuite import progress
+from flsuite import progress, records
 from flsuite.data.base import ClientData, DataError, FederatedData, Split
 from flsuite.federation.query import ClientQuery, QueryRunner, QueryTask, ask, in_process
 from flsuite.federation.setup import SetupResult, SetupStage
@@ -201,8 +201,8 @@ class GGEUR(SetupStage):
         description = {**data.description, "ggeur": {"mode": "multi" if multi else "single", "generated": n_generated}}
         augmented = FederatedData(clients, data.test, data.num_classes, data.classes, description, data.validation)
         metrics: dict[str, float | int] = {
-            "bytes_up": bytes_up,
-            "bytes_down": bytes_down,
+            records.BYTES_UP: bytes_up,  # setup/ggeur/bytes_up: what `records.query_totals` adds up
+            records.BYTES_DOWN: bytes_down,
             "generated": n_generated,
             "multi_domain": int(multi),
             "target_per_class": target,
