@@ -3,7 +3,7 @@
 Named `tracking` rather than `logging` so that it never shadows the standard library's module.
 
 Run folder layout:
-    config.yaml       resolved config (written by the CLI)      environment.json  seed, versions, command line
+    config.yaml       resolved config (written by the CLI)      environment.json  seed, versions, code version, command line
     partition.json    samples per client per class               partition.png     its heat-map
     setup.json        setup-stage metrics (e.g. GGEUR bytes)
     metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
@@ -28,6 +28,7 @@ import numpy as np
 
 from flsuite.interrupts import RunInterrupted
 from flsuite.plots import plot_convergence, plot_partition
+from flsuite.provenance import code_version
 from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, RoundTraffic, summary_prefix
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def environment_info(seed: int) -> dict[str, Any]:
-    """What is needed to reproduce a run besides its config."""
+    """What is needed to reproduce a run besides its config; `code`: the package version, git commit and uncommitted
+    changes (`flsuite.provenance.code_version`), which decide whether a study driver may reuse the run."""
     import lightning
     import torch
 
@@ -110,7 +112,7 @@ def environment_info(seed: int) -> dict[str, Any]:
         versions["flsuite"] = "source"
     from flsuite.runtime import thread_counts
 
-    return {"seed": seed, "versions": versions, "platform": platform.platform(), "argv": sys.argv, "threads": thread_counts()}
+    return {"seed": seed, "versions": versions, "code": code_version(), "platform": platform.platform(), "argv": sys.argv, "threads": thread_counts()}
 
 
 #: W&B exit codes: 0 = finished, 1 = failed (an error stopped the run), 255 = interrupted (Ctrl-C; W&B's own

@@ -134,3 +134,13 @@ def test_an_offline_run_drops_wandbs_wandb_online_banner_for_its_own_run_only(tm
     assert "W&B logs offline (no W&B API key; `wandb login` or WANDB_API_KEY makes runs online)" in ours
     assert "upload this run with: wandb sync" in ours
     assert "Run `wandb online`" in users  # W&B's own behaviour outside flsuite's run is untouched
+
+
+def test_environment_json_records_the_code_version(tmp_path):
+    """The package version, git commit and uncommitted changes (flsuite.provenance.code_version) of the code that
+    made the run: what a study driver compares before it reuses the folder."""
+    from flsuite.provenance import code_version
+
+    head_federation(tmp_path / "run", rounds=1).fit(config_yaml="seed: 7\n")
+    recorded = json.loads((tmp_path / "run" / "environment.json").read_text())["code"]
+    assert recorded == code_version() and set(recorded) == {"version", "commit", "dirty", "uncommitted"}

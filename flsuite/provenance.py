@@ -1,0 +1,206 @@
+"""What produced a run folder, and whether an existing run folder is the experiment a driver asks for.
+
+A study driver (experiments/study.py, experiments/fedegg_study.py, `flsuite sweep`) that finds a run folder already
+holding a run uses it only when `same_experiment` says so; otherwise it reruns the run (moving the old folder aside,
+`move_aside`) or stops, and prints the reason either way.
+
+Decisions:
+- The code version (`code_version`, recorded in every run's environment.json under `code`): the package version, the
+  git commit of the checkout the package is imported from and whether that tree has uncommitted changes, plus, when
+  it has, a fingerprint of those changes (`uncommitted`: sha256 over the path and content of every changed, deleted
+  or untracked, not ignored, file). One `git status` call, once per process (the code a process runs is the code it
+  imported at start). The commit is null (and no error) when the package is not imported from a git checkout (an
+  installed wheel), when git is missing, or when git fails.
+- Same code = the same package version, the same commit and the same `uncommitted` fingerprint (null for a clean
+  tree): a tree with uncommitted changes is the same code only when its changes are identical. A run without a
+  recorded commit (made before flsuite recorded it, or outside a git checkout) is never the same code: nothing pins it.
+- Same config = the folder's `config.yaml` (the resolved config `flsuite fit` wrote) equals the requested resolved
+  config key by key (dotted keys), except `REUSE_IGNORED`: where the run is written and logged (`run_dir`,
+  `output_dir`, `name`, `wandb.*`), the progress bar, the checkpoint cadence, the feature cache's folder, and the
+  executor (serial or Ray give the same numbers, docs/scale-out.md). Every other key counts, including `seed`,
+  `last_k` and `target_acc` (they change summary.json), `threads` and `local.accelerator`/`eval_device` (they change
+  the last bits), and a key present on one side only (an option added since: the commits differ anyway).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flsuite.runfolder import flatten
+
+#: Dotted-key patterns (fnmatch) that may differ between a reused run and the request (see the module's decisions).
+REUSE_IGNORED = ("run_dir", "output_dir", "name", "progress", "wandb", "wandb.*", "checkpoint_every", "*cache_dir", "executor", "executor.*")
+
+
+def package_root() -> Path:
+    """The folder holding the `flsuite` package (a checkout's root when imported from one)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("flsuite")
+    except Exception:  # noqa: BLE001 - a source tree that is not installed
+        from flsuite import __version__
+
+        return __version__
+
+
+def git_state(root: Path) -> tuple[str | None, str | None]:
+    """(commit, fingerprint of the uncommitted changes or None for a clean tree) of the checkout at `root`; (None,
+    None) when `root` is not a checkout's top folder, git is missing or fails."""
+    if not (root / ".git").exists():  # a folder inside some other checkout (a venv's site-packages) is not one
+        return None, None
+    try:
+        done = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(root), "status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all"],
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if done.returncode != 0:
+        return None, None
+    fields = done.stdout.decode("utf-8", "surrogateescape").split("\0")
+    commit, changed, i = None, [], 0
+    while i < len(fields):
+        entry = fields[i]
+        if entry.startswith("# branch.oid "):
+            oid = entry.removeprefix("# branch.oid ")
+            commit = oid if oid != "(initial)" else None
+        elif entry[:2] in ("1 ", "u ", "? "):
+            changed.append(entry.split(" ", {"1 ": 8, "u ": 10, "? ": 1}[entry[:2]])[-1])
+        elif entry.startswith("2 "):  # a rename: its new path, then the old one in the next field
+            changed += [entry.split(" ", 9)[-1], fields[i + 1]]
+            i += 1
+        i += 1
+    if commit is None:
+        return None, None
+    return commit, (_fingerprint(root, changed) if changed else None)
+
+
+def _fingerprint(root: Path, paths: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for rel in sorted(set(paths)):
+        path = root / rel
+        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            digest.update(str(path.readlink()).encode() if path.is_symlink() else path.read_bytes() if path.is_file() else b"<not a file>")
+        except OSError:
+            digest.update(b"<unreadable>")
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def code_version() -> dict[str, Any]:
+    """This process's code: {version, commit, dirty, uncommitted} (see the module's decisions); computed once."""
+    commit, uncommitted = git_state(package_root())
+    return {"version": _version(), "commit": commit, "dirty": None if commit is None else uncommitted is not None, "uncommitted": uncommitted}
+
+
+def code_label(code: Mapping[str, Any] | None) -> str:
+    """A code version in short: `8465eba6c6`, `8465eba6c6 + uncommitted 9f2c01d3`, or `no commit recorded`."""
+    if not code or not code.get("commit"):
+        return "no commit recorded"
+    label = str(code["commit"])[:10]
+    return f"{label} + uncommitted {str(code.get('uncommitted'))[:8]}" if code.get("dirty") else label
+
+
+def recorded_code(run_dir: Path) -> dict[str, Any] | None:
+    """The code version a run folder's environment.json recorded (None when it recorded none)."""
+    try:
+        code = json.loads((Path(run_dir) / "environment.json").read_text()).get("code")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return code if isinstance(code, dict) else None
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Whether a run folder is the requested experiment; `reason` says why not (or what makes it the same)."""
+
+    same: bool
+    reason: str
+
+
+def _ignored(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in REUSE_IGNORED)
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """`key: old -> new` for every dotted key (but `REUSE_IGNORED`) whose value or presence differs."""
+    a, b = flatten(old), flatten(new)
+    shown = []
+    for key in sorted(set(a) | set(b)):
+        if not _ignored(key) and (key not in a or key not in b or a[key] != b[key]):
+            shown.append(f"{key}: {_side(a, key)} -> {_side(b, key)}")
+    return shown
+
+
+def _side(flat: Mapping[str, Any], key: str) -> str:
+    return repr(flat[key]) if key in flat else "(absent)"
+
+
+def same_experiment(run_dir: Path, config_yaml: str, code: Mapping[str, Any] | None = None) -> Reuse:
+    """Is the run in `run_dir` the experiment whose resolved config is `config_yaml`, run by this code (`code`,
+    default `code_version()`)? Compares the folder's config.yaml and environment.json (the module's decisions)."""
+    run_dir, code = Path(run_dir), code_version() if code is None else code
+    reasons = []
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        reasons.append("it has no config.yaml")
+    else:
+        differ = config_differences(yaml.safe_load(config_file.read_text()) or {}, yaml.safe_load(config_yaml) or {})
+        if differ:
+            more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
+            reasons.append(f"its config differs: {'; '.join(differ[:5])}{more}")
+    old = recorded_code(run_dir)
+    if old is None or not old.get("commit"):
+        reasons.append("it recorded no commit (made before flsuite recorded its code version, or outside a git checkout)")
+    elif not code.get("commit"):
+        reasons.append("this code is not a git checkout (no commit to compare)")
+    elif [old.get(k) for k in ("commit", "uncommitted", "version")] != [code.get(k) for k in ("commit", "uncommitted", "version")]:
+        reasons.append(f"it was made by code {code_label(old)} (flsuite {old.get('version')}), this is {code_label(code)} (flsuite {code.get('version')})")
+    if reasons:
+        return Reuse(False, "; ".join(reasons))
+    return Reuse(True, f"same config and code ({code_label(code)})")
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move a run folder that is not reused into `<parent>/.replaced/<name>-<time>` (kept, out of the study's way:
+    `flsuite compare` skips folders below a hidden one) and return the new path."""
+    run_dir = Path(run_dir)
+    target = run_dir.parent / ".replaced" / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while target.exists():
+        target, n = target.with_name(f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
+    run_dir.rename(target)
+    return target
+
+
+def code_mix(codes: Sequence[Mapping[str, Any] | None]) -> str:
+    """A warning when runs come from more than one code version (commit and uncommitted changes), naming each and
+    how many runs it made; "" when they share one (or none recorded any)."""
+    counts: dict[str, int] = {}
+    for code in codes:
+        label = code_label(code)
+        counts[label] = counts.get(label, 0) + 1
+    if len(counts) < 2:
+        return ""
+    shown = ", ".join(f"{label} ({n} run{'s' * (n != 1)})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"Warning: these runs come from {len(counts)} code versions: {shown}; a table should hold runs of one."
