@@ -10,13 +10,18 @@ Every run is the configs' run (`flsuite fit --config configs/fedegg/cpu/mnist_di
 [--config configs/fedegg/with_fedegg.yaml]`, parsed by the CLI's own parser, its resolved YAML in the run folder),
 except that the data is built once per (setting, seed) and each guiding set once, and handed to the runs in memory:
 the benchmark embeds per client, and each client's cache read/write touches the whole 60,000-image pool's cache file.
-Runs go to runs/fedegg/<study>/<setting>/<variant>/seed<k> and are skipped when their summary.json exists.
+Runs go to runs/fedegg/<study>/<setting>/<variant>/seed<k>. A folder that already holds a run is reused only when it
+is the same experiment (`flsuite.provenance.same_experiment`: its config.yaml equals the run's resolved config, but
+where it is written and logged, and its environment.json records the code running now: package version, git commit,
+identical uncommitted changes if any); otherwise it is moved to `.replaced/` beside it, the reason printed (the keys
+that differ, or the two code versions), and the run made again. An unfinished folder is moved aside the same way.
 Accuracy = the global model's test accuracy averaged over the last 10 rounds (T/6, the paper's last 50 of 300, A14).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import time
@@ -25,7 +30,10 @@ from pathlib import Path
 from flsuite.cli import build_federation, fit_parser, resolved_config_yaml
 from flsuite.data.base import DataSource, FederatedData
 from flsuite.federation.server import PublicData
+from flsuite.provenance import move_aside, same_experiment
+from flsuite.runfolder import holds_run
 
+RUNS = Path("runs/fedegg")
 BASE = "configs/fedegg/cpu/mnist_dir0.1.yaml"
 SETTINGS = {"dir0.1": [], "dir10": ["configs/fedegg/cpu/dir10.yaml"]}
 METHODS = {
@@ -61,15 +69,25 @@ _data: dict[tuple[str, int], FederatedData] = {}
 _guiding: dict[str, FederatedData] = {}
 
 
-def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: float | None, step_args: dict | None = None):
-    parser = fit_parser()
+@functools.cache
+def parser():
+    return fit_parser()
+
+
+def requested(configs: list[str], seed: int, run_dir: Path, tau: float | None = None, step_args: dict | None = None):
+    """The run's parsed config (a fixed τ and the variant's FedEGG options set in it) and its resolved YAML."""
     argv = [a for c in configs for a in ("--config", c)] + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false"]
-    cfg = parser.parse_args(argv)
+    cfg = parser().parse_args(argv)
     if tau is not None:  # a fixed τ (the sweep), in the resolved config too
         cfg.server_steps[0].init_args.tau = tau
     for key, value in (step_args or {}).items():  # FedEGG options of a variant, in the resolved config too
         setattr(cfg.server_steps[0].init_args, key, value)
-    fed = build_federation(parser, cfg)
+    return cfg, resolved_config_yaml(parser(), cfg)
+
+
+def federation(cfg, configs: list[str], seed: int, setting: str):
+    """The run's federation, its data and guiding set built once per (setting, seed) and handed over in memory."""
+    fed = build_federation(parser(), cfg)
     if (setting, seed) not in _data:
         prewarm(fed.data, seed)
         _data[(setting, seed)] = fed.data.build(seed)
@@ -81,16 +99,23 @@ def federation(configs: list[str], seed: int, run_dir: Path, setting: str, tau: 
                 prewarm(source, step.data.source.seed)
             _guiding[key] = step.data.source.build(seed)
         step.data = PublicData(Prebuilt(_guiding[key]))
-    return fed, resolved_config_yaml(parser, cfg)
+    return fed
 
 
 def run(study: str, setting: str, label: str, configs: list[str], seed: int, tau: float | None = None, step_args: dict | None = None) -> Path:
-    run_dir = Path("runs/fedegg") / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
-    if not (run_dir / "summary.json").is_file():
-        t0 = time.time()
-        fed, yaml = federation([BASE, *SETTINGS[setting], *configs], seed, run_dir, setting, tau, step_args)
-        fed.fit(config_yaml=yaml)
-        print(f"{study} {setting} {label} seed{seed}: {time.time() - t0:.0f}s", flush=True)
+    """The run's folder, after running it unless it holds a finished run of the same experiment (config and code)."""
+    run_dir = RUNS / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
+    configs = [BASE, *SETTINGS[setting], *configs]
+    cfg, yaml = requested(configs, seed, run_dir, tau, step_args)
+    if holds_run(run_dir):
+        decision = same_experiment(run_dir, yaml)
+        if decision.same and (run_dir / "summary.json").is_file():
+            return run_dir
+        reason = decision.reason if not decision.same else "it is unfinished"
+        print(f"{run_dir}: not reused, runs again ({reason}); the old run is now {move_aside(run_dir)}", flush=True)
+    t0 = time.time()
+    federation(cfg, configs, seed, setting).fit(config_yaml=yaml)
+    print(f"{study} {setting} {label} seed{seed}: {time.time() - t0:.0f}s", flush=True)
     return run_dir
 
 

@@ -8,8 +8,12 @@
         --seeds 0 1 2 --workers 2 --out docs/results/ggeur_digits_offline.md
 
 A variant may stack overlays, e.g. "SCAFFOLD + GGEUR=configs/baselines/scaffold.yaml,configs/ggeur/with_ggeur.yaml".
-Each run goes to `runs/<name>/<variant>/seed<k>` and is skipped when its `summary.json` exists, so a killed study
-continues where it stopped. Features are extracted first, one seed at a time (`flsuite features`), so parallel
+Each run goes to `runs/<name>/<variant>/seed<k>`. A folder that already holds a run is used only when it is the same
+experiment (`flsuite.provenance.same_experiment`): its config.yaml equals the run's resolved config (but where it is
+written and logged) and its environment.json records the code this study runs (package version, git commit, and
+identical uncommitted changes, if any). Then a finished run is reused and a killed one continued (`--resume`), so a
+killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and
+the run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted first, one seed at a time (`flsuite features`), so parallel
 workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare/)
 with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
 domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
@@ -38,6 +42,7 @@ report over the study's runs (`flsuite compare --wandb-report`); its runs then l
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -60,18 +65,65 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "base"
 
 
+def config_args(base: Path, overlay: str) -> list[str]:
+    """A variant's config files and flags, as `flsuite fit` arguments."""
+    args = ["--config", str(base)]
+    for item in filter(None, overlay.split(",")):
+        args += [item] if item.startswith("--") else ["--config", item]
+    return args
+
+
+def common_args(seed: int, extra: list[str], wandb_group: str | None = None) -> list[str]:
+    """The `flsuite fit` arguments every run of the study gets; with `wandb_group` it logs to W&B under that group."""
+    wandb = ["--name", wandb_group, "--wandb.enabled", "true"] if wandb_group else ["--wandb.enabled", "false"]
+    return ["--seed", str(seed), "--progress", "false", *wandb, *extra]
+
+
 def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> list[str]:
     """The run's `flsuite fit` command; with `wandb_group` the run logs to W&B under that group (for a report)."""
-    cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(base)]
-    for item in filter(None, overlay.split(",")):
-        cmd += [item] if item.startswith("--") else ["--config", item]
-    wandb = ["--name", wandb_group, "--wandb.enabled", "true"] if wandb_group else ["--wandb.enabled", "false"]
-    common = ["--seed", str(seed), "--progress", "false", *wandb, *extra]
+    cmd = [sys.executable, "-m", "flsuite.cli", "fit", *config_args(base, overlay)]
+    common = common_args(seed, extra, wandb_group)
     if (run_dir / "checkpoints" / "last.pt").is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
         return cmd + ["--resume", str(run_dir), *common]
     if run_dir.exists():  # started but never checkpointed: nothing to keep
         shutil.rmtree(run_dir)
     return cmd + ["--run_dir", str(run_dir), *common]
+
+
+@functools.cache
+def _fit_parser():
+    from flsuite.cli import fit_parser
+
+    return fit_parser()
+
+
+def requested_config(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> str:
+    """The resolved config (YAML) the run's `flsuite fit` command would write into its config.yaml."""
+    from flsuite.cli import resolved_config_yaml
+
+    parser = _fit_parser()
+    argv = [*config_args(base, overlay), "--run_dir", str(run_dir), *common_args(seed, extra, wandb_group)]
+    try:
+        return resolved_config_yaml(parser, parser.parse_args(argv))
+    except Exception as err:  # noqa: BLE001 - the run would fail the same way: say so before running anything
+        sys.exit(f"flsuite fit {shlex.join(argv)}: {' '.join(str(err).split())}")
+
+
+def needs_run(run_dir: Path, base: Path, overlay: str, seed: int, extra: list[str], wandb_group: str | None = None) -> bool:
+    """Whether the run must run (or continue). A folder holding a run of the same experiment (config and code,
+    `flsuite.provenance.same_experiment`) is reused when finished (False) and continued when killed (True:
+    `fit_command` resumes it); a folder holding any other run is moved to `.replaced/` beside it, with the reason
+    printed, and the run starts afresh (True)."""
+    from flsuite.provenance import move_aside, same_experiment
+    from flsuite.runfolder import holds_run
+
+    if not holds_run(run_dir):
+        return True
+    decision = same_experiment(run_dir, requested_config(base, overlay, seed, run_dir, extra, wandb_group))
+    if decision.same:
+        return not (run_dir / "summary.json").is_file()
+    print(f"{run_dir}: not reused, runs again ({decision.reason}); the old run is now {move_aside(run_dir)}", flush=True)
+    return True
 
 
 def fit_flags_of(run_dir: Path) -> list[str] | None:
@@ -215,8 +267,21 @@ def main() -> None:
         sys.exit(f"--select_seeds {args.select_seeds} needs --select_on and must be among --seeds {args.seeds}")
     grid_seeds = select_seeds if args.select_on else args.seeds
 
+    group = args.name if args.wandb_report else None
+
     def pending(items: list[tuple[str, str]], seeds: list[int]) -> list[tuple[str, str, int]]:
-        return [(label, overlay, seed) for seed in seeds for label, overlay in items if not (runs / slug(label) / f"seed{seed}" / "summary.json").is_file()]
+        """The runs to run (or continue); finished runs of the same experiment are reused, others moved aside."""
+        todo = [
+            (label, overlay, seed)
+            for seed in seeds
+            for label, overlay in items
+            if needs_run(runs / slug(label) / f"seed{seed}", args.base, overlay, seed, extra, group)
+        ]
+        if reused := len(items) * len(seeds) - len(todo):
+            from flsuite.provenance import code_label, code_version
+
+            print(f"reusing {reused} finished run(s): same config and code ({code_label(code_version())})", flush=True)
+        return todo
 
     jobs = pending(variants, grid_seeds)
 
@@ -226,7 +291,7 @@ def main() -> None:
         if (run_dir / "summary.json").is_file():  # finished meanwhile (e.g. by another study of the same name)
             return label, seed, 0
         code = run(
-            fit_command(args.base, overlay, seed, run_dir, extra, args.name if args.wandb_report else None),
+            fit_command(args.base, overlay, seed, run_dir, extra, group),
             runs / slug(label) / f"seed{seed}.log",
             parallel=args.workers,
         )

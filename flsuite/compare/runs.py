@@ -1,4 +1,5 @@
-"""Finished run folders found (folders, globs, study folders) and read once: summary, metrics, timings, config, setup."""
+"""Finished run folders found (folders, globs, study folders) and read once: summary, metrics, timings, config, setup,
+environment."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ class Run:
     timings: list[dict[str, Any]]
     config: dict[str, Any]
     setup: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)  # environment.json: versions, code version (`code`), argv
+
+    @property
+    def code(self) -> dict[str, Any] | None:
+        """The code version the run recorded (`flsuite.provenance.code_version`), None for a run made before."""
+        code = self.environment.get("code")
+        return code if isinstance(code, dict) else None
 
     @property
     def prefix(self) -> str:
@@ -55,7 +63,9 @@ def load_run(path: Path) -> Run:
         raise ValueError(f"{summary_file}: {err.args[0]}") from None
     setup_file = path / "setup.json"
     setup = json.loads(setup_file.read_text()) if setup_file.is_file() else {}
-    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), read_config(path), setup)
+    env_file = path / "environment.json"
+    environment = json.loads(env_file.read_text()) if env_file.is_file() else {}
+    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), read_config(path), setup, environment)
 
 
 def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
@@ -71,12 +81,17 @@ def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[P
                 found.add(match)
             elif (match / "metrics.jsonl").is_file():
                 skipped.add(match)
-            elif match.is_dir():
-                found |= {p.parent for p in match.rglob("summary.json")}
-                skipped |= {p.parent for p in match.rglob("metrics.jsonl") if not (p.parent / "summary.json").is_file()}
+            elif match.is_dir():  # every run below it, but those under a hidden folder (a driver's `.replaced/`)
+                below = [p.parent for name in ("summary.json", "metrics.jsonl") for p in match.rglob(name) if not _hidden(p.relative_to(match))]
+                found |= {p for p in below if (p / "summary.json").is_file()}
+                skipped |= {p for p in below if not (p / "summary.json").is_file()}
     if not found:
         raise FileNotFoundError(f"no finished run folder (with summary.json) under {', '.join(map(str, patterns))}")
     return sorted(found), sorted(skipped)
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts[:-1])
 
 
 def read_config(run: Path) -> dict[str, Any]:

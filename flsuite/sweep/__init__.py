@@ -25,6 +25,12 @@ Decisions (the same file runs unchanged under `wandb sweep` + `wandb agent`):
   trials that were running when the sweep was killed are marked failed and re-queued with the same parameters (a
   grid trial with its grid point) to run first, in new folders, and the sweep runs until `--trials` trials have
   finished (default: `run_cap`, or the grid's size). A lock file stops two sweeps from driving one folder at once.
+- A resumed sweep reuses its finished trials only when each is the run this invocation would make for its parameters:
+  the same resolved config (the file's command, the parameters, the flags after `--`) and the same code (package
+  version, git commit, identical uncommitted changes; `flsuite.provenance.same_experiment`). Otherwise it stops before
+  running anything, naming each such trial and why (the keys that differ, or the two code versions): a study's trials
+  would mix experiments, and optuna cannot rerun a finished trial, so the sweep goes to another `--out`. Trials of a
+  command other than `flsuite fit` (no environment.json in their folders) are not checked.
 - Progress: one line on stderr per finished trial (trials done / target, the trial's parameters and score, the best
   so far, the time since the sweep started); each trial's own output goes to `<out>/logs/<n>.log`.
 - Outputs in `<out>`: trials.md / trials.csv (every trial, best first), best.yaml (the best trial's resolved

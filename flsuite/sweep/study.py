@@ -23,6 +23,7 @@ from flsuite.sweep.report import fmt, plots, trial_rows, write_report
 from flsuite.sweep.samplers import suggest
 from flsuite.sweep.spec import (
     SweepError,
+    check_fit_args,
     expand_command,
     fit_args,
     grid_size,
@@ -147,6 +148,39 @@ class Sweep:
             requeued.append(t.number)
         return requeued
 
+    def check_reuse(self, study: Any) -> int:
+        """Stop (SweepError, naming each trial and why) when a finished trial, complete or pruned, is not the run this
+        invocation would make for its parameters: same resolved config (the file's command, its parameters and the
+        flags after `--`) and same code (`flsuite.provenance.same_experiment`), since resuming would mix them in
+        one study. Trials of a command other than `flsuite fit`, whose folders hold no environment.json, are not
+        checked. Returns how many trials were checked."""
+        from optuna.trial import TrialState
+
+        from flsuite.provenance import same_experiment
+
+        checked, problems, parser = 0, [], None
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            run_dir = Path(t.user_attrs.get("run_dir", ""))
+            params = {n: t.params.get(n, spec.get("value")) for n, spec in self.cfg["parameters"].items()}
+            args = fit_args(self.trial_command(params, run_dir))
+            if args is None or not (run_dir / "environment.json").is_file():
+                continue
+            from flsuite.cli import fit_parser, resolved_config_yaml
+
+            parser = parser or fit_parser()
+            decision = same_experiment(run_dir, resolved_config_yaml(parser, check_fit_args(args, parser)))
+            checked += 1
+            if not decision.same:
+                problems.append(f"trial {t.number} ({run_dir}): {decision.reason}")
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise SweepError(
+                f"{self.out} holds {len(problems)} finished trial(s) that are not the runs this sweep would make now, so "
+                f"resuming it would mix experiments in one study: {'; '.join(problems[:5])}{more}. Run the sweep into "
+                f"another --out (or move {self.out} aside)"
+            )
+        return checked
+
     def run(self, trials: int | None = None) -> Any:
         import optuna
         from optuna.trial import TrialState
@@ -159,6 +193,10 @@ class Sweep:
                 raise SweepError(f"{self.out} is driven by another running `flsuite sweep` (lock file {self.out / 'sweep.lock'})") from None
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = self.study()
+            if checked := self.check_reuse(study):
+                from flsuite.provenance import code_label, code_version
+
+                log.info("sweep %s: reusing %d finished trial(s): same config and code (%s)", self.name, checked, code_label(code_version()))
             requeued = self.requeue_interrupted(study)
             if requeued:
                 log.warning("re-queued trial(s) %s that were running when the sweep stopped", requeued)
