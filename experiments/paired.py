@@ -1,11 +1,16 @@
 """Seed-paired differences of a study's runs: for each pair "A - B" of variant folders under one study's run folder,
-A's last-k AVG (or a domain's accuracy) minus B's on every seed both finished, then the mean; as a Markdown table.
+A's last-k AVG (or a domain's accuracy) minus B's on every seed both finished; their mean, its standard error, the 95 %
+interval (Student's t over the pairs) and whether it is resolved (the interval excludes 0); as a Markdown table.
 
     python experiments/paired.py runs/fkpl_pacs_official "fkpl - fkpl-federated-head" "fkpl - fedavg" \
         [--metric acc_mean] [--out docs/results/fkpl_pacs_official_paired.md] [--command "..."]
 
 The variant folders are study.py's slugs of the variant labels (`ls runs/<study>`). Runs are read with
-`flsuite.compare.load_run` (the summary's last-k prefix, as every study table).
+`flsuite.compare.load_run` (the summary's last-k prefix, as every study table); the statistics are
+`flsuite.compare.paired_difference`'s, the ones `flsuite compare` shows: SE = sample std of the differences / √pairs,
+95 % interval = mean ± t(0.975, pairs − 1) · SE; one pair has no interval and is not resolved. When the table's runs
+come from more than one code version (environment.json `code`: commit and uncommitted changes), a warning under the
+table names each and how many runs it made.
 """
 
 from __future__ import annotations
@@ -13,9 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from flsuite import compare
+from flsuite.provenance import code_mix, recorded_code
 from flsuite.records import ACC_PREFIX
 
 
@@ -33,7 +37,8 @@ def seed_values(variant: Path, metric: str) -> dict[str, float]:
     return values
 
 
-def paired_row(runs: Path, pair: str, metric: str) -> str:
+def paired_row(runs: Path, pair: str, metric: str, codes: dict | None = None) -> str:
+    """The pair's table row; the code version of each run it reads goes into `codes` (run folder -> code; when given)."""
     left, sep, right = (part.strip() for part in pair.partition(" - "))
     if not sep or not left or not right:
         raise SystemExit(f"paired.py: a pair is 'A - B' (two variant folders of {runs}), got {pair!r}")
@@ -45,10 +50,13 @@ def paired_row(runs: Path, pair: str, metric: str) -> str:
     seeds = sorted(a.keys() & b.keys())
     if not seeds:
         raise SystemExit(f"paired.py: {left} and {right} have no finished seed in common under {runs}")
-    diffs = [a[s] - b[s] for s in seeds]
-    per_seed = ", ".join(f"{d:+.2f}" for d in diffs)
-    wins = sum(d > 0 for d in diffs)
-    return f"| {left} − {right} | {np.mean(diffs):+.2f} | {per_seed} | {wins} of {len(diffs)} |"
+    if codes is not None:
+        codes |= {runs / name / s: recorded_code(runs / name / s) for name in (left, right) for s in seeds}
+    d = compare.paired_difference({s: a[s] for s in seeds}, b)
+    mean, se, interval, verdict = d.cells()
+    per_seed = ", ".join(f"{v:+.2f}" for v in d.diffs)
+    wins = sum(v > 0 for v in d.diffs)
+    return f"| {left} − {right} | {mean} | {se} | {interval} | {per_seed} | {wins} of {d.n} | {verdict} |"
 
 
 def main() -> None:
@@ -59,8 +67,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--command", help="the regenerating command printed under the table")
     args = ap.parse_args()
-    lines = [f"| pair ({args.metric}, last-k) | mean | per seed | A above B |", "|---|---|---|---|"]
-    lines += [paired_row(args.runs, pair, args.metric) for pair in args.pairs]
+    lines = [f"| pair ({args.metric}, last-k) | mean | SE | 95 % interval | per seed | A above B | verdict |", "|---|---|---|---|---|---|---|"]
+    codes: dict = {}
+    lines += [paired_row(args.runs, pair, args.metric, codes) for pair in args.pairs]
+    if warning := code_mix(list(codes.values())):
+        lines += ["", f"**{warning}**"]
     text = "\n".join(lines) + "\n"
     if args.command:
         text += f"\nRegenerate: `{args.command}`\n"

@@ -36,6 +36,14 @@ Decisions:
   not its only traffic (FKPL's Stage 0 and Stage II uploads) is counted whole. All averaged over runs.
 - Convergence: acc_mean per round, the mean over runs as a line and mean ± std over runs shaded, every group on one
   PNG, over the rounds all of a group's runs evaluated.
+- Paired differences (with two or more groups): every group's AVG minus the reference group's (`--reference LABEL`,
+  default the first row), over the seeds both ran (pairs: runs whose config has the same `seed` and `*_seed` keys; a
+  seed run twice in a group counts once, its runs averaged): the mean, its standard error (sample std of the
+  differences / √pairs) and the 95 % interval mean ± t(0.975, pairs − 1) · SE (Student's t, scipy); a difference whose
+  interval holds 0 is marked "not resolved", and so is one with a single pair (no interval).
+- Code versions: when the runs of the table come from more than one code version (environment.json `code`: the git
+  commit and any uncommitted changes, `flsuite.provenance`), a warning under the header names each and how many runs
+  it made; runs made before the code version was recorded count as "no commit recorded".
 """
 
 from flsuite.compare.cli import main, parser
@@ -54,11 +62,14 @@ from flsuite.compare.report import Comparison, compare, write_report
 from flsuite.compare.runs import Run, find_runs, load_run, read_config
 from flsuite.compare.stats import (
     GroupStats,
+    PairedDifference,
     domain_std,
     first_round_reaching,
     group_stats,
     human_bytes,
     mean_pm,
+    pair_key,
+    paired_difference,
     round_prefixes,
     round_traffic,
     run_rounds,
@@ -71,6 +82,7 @@ __all__ = [
     "EXECUTION_KEYS",
     "Comparison",
     "GroupStats",
+    "PairedDifference",
     "Run",
     "check_one_experiment",
     "compare",
@@ -89,6 +101,8 @@ __all__ = [
     "main",
     "mean_pm",
     "method_label",
+    "pair_key",
+    "paired_difference",
     "parser",
     "read_config",
     "round_prefixes",

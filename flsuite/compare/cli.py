@@ -1,5 +1,5 @@
-"""`flsuite compare RUNS... [--out DIR] [--target ACC] [--title T] [--by folder|KEY...] [--wandb-report]`: the command
-line."""
+"""`flsuite compare RUNS... [--out DIR] [--target ACC] [--title T] [--by folder|KEY...] [--reference LABEL]
+[--wandb-report]`: the command line."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
         help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
         "by experiment (equal configs but for the seed and where/how a run executed)",
     )
+    ap.add_argument("--reference", metavar="LABEL", help="the group every paired difference is taken against (default: the first row)")
     ap.add_argument(
         "--wandb-report",
         action="store_true",
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups, across_configs = group_by_config(runs, args.by), True
     else:
         groups, across_configs = group_by_experiment(runs), False
-    comparison = compare(groups, args.target, skipped, across_configs)
+    comparison = compare(groups, args.target, skipped, across_configs, args.reference)
     if args.out:
         files = write_report(comparison, args.out, args.title)
         print(files["markdown"].read_text())

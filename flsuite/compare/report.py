@@ -14,7 +14,8 @@ import numpy as np
 
 from flsuite.compare.groups import check_one_experiment
 from flsuite.compare.runs import load_run
-from flsuite.compare.stats import GroupStats, group_stats, human_bytes, mean_pm
+from flsuite.compare.stats import GroupStats, PairedDifference, group_stats, human_bytes, mean_pm, pair_key, paired_difference
+from flsuite.provenance import code_mix
 from flsuite.records import ACC_MEAN, ROUND, evaluated
 
 
@@ -32,6 +33,7 @@ class Comparison:
 
     groups: list[GroupStats]
     skipped: list[Path] = field(default_factory=list)
+    reference: str | None = None  # the group the paired differences are taken against (None: the first)
 
     @property
     def domains(self) -> list[str]:
@@ -46,6 +48,35 @@ class Comparison:
         for g in self.groups:
             rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std), mean_pm(g.std_sample), g.seeds()])
         return header, rows
+
+    @property
+    def reference_group(self) -> GroupStats:
+        return next((g for g in self.groups if g.label == self.reference), self.groups[0])
+
+    def paired(self, group: GroupStats) -> PairedDifference:
+        """`group`'s AVG minus the reference group's, paired by seed (`pair_key`; a seed run twice: its mean)."""
+        return paired_difference(_avg_by_pair(group), _avg_by_pair(self.reference_group))
+
+    def paired_rows(self) -> tuple[list[str], list[list[str]]]:
+        ref = self.reference_group
+        header = ["method", f"Δ AVG vs {ref.label}", "SE", "95 % interval", "pairs", "verdict"]
+        rows = []
+        for g in self.groups:
+            if g is not ref:
+                d = self.paired(g)
+                rows.append([g.label, *d.cells()[:3], str(d.n), d.cells()[3]])
+        return header, rows
+
+    def paired_note(self) -> str:
+        return (
+            f"Paired differences of AVG against {self.reference_group.label}, over the seeds both ran (a seed run twice "
+            "counts once, its runs averaged): mean, SE = sample std of the differences / √pairs, 95 % interval = mean ± "
+            "t(0.975, pairs − 1) · SE; not resolved when the interval holds 0."
+        )
+
+    def code_warning(self) -> str:
+        """A warning naming the code versions (commit, uncommitted changes) when the runs come from several."""
+        return code_mix([r.code for g in self.groups for r in g.runs])
 
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
         targets = {g.target for g in self.groups if g.target is not None}
@@ -100,9 +131,13 @@ class Comparison:
     def markdown(self, title: str | None = None, png: str | None = None) -> str:
         lines = [f"## {title}", ""] if title else []
         lines += [self.note(), ""]
-        if remark := self.remark():
-            lines += [f"**{remark}**", ""]
-        lines += [*_md_table(*self.accuracy_rows()), "", *_md_table(*self.cost_rows()), ""]
+        for warning in (self.remark(), self.code_warning()):
+            if warning:
+                lines += [f"**{warning}**", ""]
+        lines += [*_md_table(*self.accuracy_rows()), ""]
+        if len(self.groups) > 1:
+            lines += [self.paired_note(), "", *_md_table(*self.paired_rows()), ""]
+        lines += [*_md_table(*self.cost_rows()), ""]
         if png:
             lines += [f"![convergence]({png})", ""]
         if self.skipped:
@@ -121,7 +156,9 @@ class Comparison:
             f"<h2>{html.escape(title)}</h2>",
             f"<p>{html.escape(self.note())}</p>",
             f"<p><strong>{html.escape(self.remark())}</strong></p>" if self.remark() else "",
+            f"<p><strong>{html.escape(self.code_warning())}</strong></p>" if self.code_warning() else "",
             _html_table(*self.accuracy_rows()),
+            *([f"<p>{html.escape(self.paired_note())}</p>", _html_table(*self.paired_rows())] if len(self.groups) > 1 else []),
             _html_table(*self.cost_rows()),
         ]
         if png:
@@ -159,6 +196,15 @@ class Comparison:
         plt.close(fig)
 
 
+def _avg_by_pair(g: GroupStats) -> dict[tuple, float]:
+    """A group's AVG per pair key (`pair_key`), the mean of its runs with that key; runs without a seed are left out."""
+    by_key: dict[tuple, list[float]] = {}
+    for run, avg in zip(g.runs, g.avg):
+        if (key := pair_key(run.config)) is not None:
+            by_key.setdefault(key, []).append(avg)
+    return {k: float(np.mean(v)) for k, v in by_key.items()}
+
+
 def _span(values: Sequence[int | None]) -> str:
     """The runs' values: one number, `low–high`, or `?` where a run does not say."""
     known = sorted({v for v in values if v is not None})
@@ -177,9 +223,12 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (), across_configs: bool = False) -> Comparison:
+def compare(
+    groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (), across_configs: bool = False, reference: str | None = None
+) -> Comparison:
     """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out.
-    Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`)."""
+    Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`).
+    `reference`: the label the paired differences are taken against (default: the first group)."""
     stats = []
     for label, paths in groups.items():
         runs = [load_run(p) for p in paths]
@@ -189,7 +238,9 @@ def compare(groups: Mapping[str, Sequence[Path]], target: float | None = None, s
             stats.append(group_stats(label, runs, target))
     if not stats:
         raise FileNotFoundError("no finished runs to compare")
-    return Comparison(stats, list(skipped))
+    if reference is not None and reference not in [g.label for g in stats]:
+        raise ValueError(f"--reference {reference!r} is not a group of this comparison (groups: {', '.join(g.label for g in stats)})")
+    return Comparison(stats, list(skipped), reference)
 
 
 def write_report(comparison: Comparison, out: Path, title: str) -> dict[str, Path]:

@@ -1,5 +1,6 @@
 """A group's numbers from its runs' records: last-k accuracies, the STDs across domains, rounds to target, traffic
-per round and per run, seconds per round; and how they are printed (mean ± std over runs, bytes)."""
+per round and per run, seconds per round; paired differences between groups; and how they are printed (mean ± std
+over runs, bytes)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,62 @@ def group_stats(label: str, runs: Sequence[Run], target: float | None = None) ->
         if times:
             g.round_s.append(float(np.mean(times)))
     return g
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """A − B over the pairs both ran (same seeds): the mean, its standard error (sample std of the differences / √n)
+    and the 95 % interval mean ± t(0.975, n − 1) · SE (Student's t over the pairs). A difference whose interval holds
+    0 is not resolved; with fewer than 2 pairs there is no SE or interval, and nothing is resolved."""
+
+    diffs: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def mean(self) -> float | None:
+        return float(np.mean(self.diffs)) if self.diffs else None
+
+    @property
+    def se(self) -> float | None:
+        return float(np.std(self.diffs, ddof=1) / np.sqrt(self.n)) if self.n > 1 else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if self.mean is None or self.se is None:
+            return None
+        from scipy.stats import t
+
+        half = float(t.ppf(0.975, self.n - 1)) * self.se
+        return self.mean - half, self.mean + half
+
+    @property
+    def resolved(self) -> bool:
+        return self.interval is not None and not self.interval[0] <= 0.0 <= self.interval[1]
+
+    def cells(self, digits: int = 2) -> list[str]:
+        """[mean, SE, 95 % interval, verdict] as table cells."""
+        if self.mean is None:
+            return ["—", "—", "—", "no pair"]
+        mean = f"{self.mean:+.{digits}f}"
+        if self.interval is None:
+            return [mean, "—", "—", "not resolved (1 pair)"]
+        low, high = self.interval
+        return [mean, f"{self.se:.{digits}f}", f"[{low:+.{digits}f}, {high:+.{digits}f}]", "resolved" if self.resolved else "not resolved"]
+
+
+def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float]) -> PairedDifference:
+    """A − B over the keys (seeds) both hold, in A's order."""
+    return PairedDifference(tuple(float(a[k]) - float(b[k]) for k in a if k in b))
+
+
+def pair_key(config: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:
+    """What pairs a run with another group's: its config's `seed` and any other top-level `*_seed` key (None: the
+    config records no seed, the run pairs with nothing)."""
+    key = tuple((k, config[k]) for k in sorted(config) if k == "seed" or k.endswith("_seed"))
+    return key or None
 
 
 def mean_pm(values: Sequence[float], digits: int = 2) -> str:

@@ -1,5 +1,5 @@
 """`flsuite compare --out` rendered in a real browser: headless Chromium loads compare.html, and the rendered DOM,
-a screenshot and the page's own JavaScript show both tables and a convergence PNG that actually decodes.
+a screenshot and the page's own JavaScript show its tables and a convergence PNG that actually decodes.
 
 Needs Debian's Chromium (`apt-get install chromium`, /usr/bin/chromium); skipped without it.
 """
@@ -144,12 +144,14 @@ def test_rendered_dom_has_both_tables_and_the_embedded_plot(report: Path):
     dom = dump_dom(report)
     page = Page(dom)
     assert "<h2>Browser check</h2>" in dom
-    assert len(page.tables) == 2, f"expected the accuracy and the cost table, the browser rendered {len(page.tables)}"
-    accuracy, cost = page.tables
+    assert len(page.tables) == 3, f"expected the accuracy, paired-difference and cost tables, the browser rendered {len(page.tables)}"
+    accuracy, paired, cost = page.tables
     assert accuracy[0] == ["method", "x", "y", "AVG", "STD", "STD (n-1)", "seeds"]
     assert cost[0][:3] == ["method", "last-k", "rounds to target"]
-    for table in page.tables:
+    for table in (accuracy, cost):
         assert [row[0] for row in table[1:]] == ["FedAvg", "FedProx"]
+    # FedProx's AVG is 5 above FedAvg's on both seeds: SE 0, an interval of one point, resolved
+    assert paired == [["method", "Δ AVG vs FedAvg", "SE", "95 % interval", "pairs", "verdict"], ["FedProx", "+5.00", "0.00", "[+5.00, +5.00]", "2", "resolved"]]
     assert "<td>FedAvg</td>" in dom and "<td>FedProx</td>" in dom
     assert [row[-1] for row in accuracy[1:]] == ["2", "2"]  # two seeds each
     assert len(page.images) == 1 and page.images[0]["alt"] == "convergence"
