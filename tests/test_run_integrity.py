@@ -400,7 +400,7 @@ def test_short_class_names_on_the_command_line_and_in_yaml(tmp_path, capsys):
 def test_help_lists_every_method_and_version_is_printed(capsys):
     code, out, _ = run_cli(["fit", "--help"], capsys)
     assert code == 0
-    for name in ("FedProx", "Scaffold", "MOON", "FedDyn", "FedOpt", "FedProto", "FedNTD", "GGEUR", "RayExecutor", "SmallCNN", "Benchmark"):
+    for name in ("FedProx", "Scaffold", "MOON", "FedDyn", "FedOpt", "FedProto", "FedNTD", "FedMix", "FedFA", "GGEUR", "RayExecutor", "SmallCNN", "Benchmark"):
         assert name in out, name
     import flsuite
 
