@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -69,8 +69,8 @@ def forward_with_pullback(model: nn.Module, z: torch.Tensor) -> tuple[torch.Tens
         buffers = {name: b.clone() for name, b in model.named_buffers()}
         return torch.func.functional_call(model, buffers, (z,)), buffers
 
-    vjp = torch.func.vjp(call, z, has_aux=True)  # (output, pullback, aux); torch types it as a pair
-    logits, pullback, buffers = cast(tuple[torch.Tensor, Pullback, dict[str, torch.Tensor]], vjp)
+    # (output, pullback, aux), which torch types as a pair; no `cast(tuple[...], ...)` here: dynamo traces this line
+    logits, pullback, buffers = torch.func.vjp(call, z, has_aux=True)  # type: ignore[misc]
     if buffers:
         with torch.no_grad():
             for name, b in model.named_buffers():
