@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
 Variant = Literal["fedmix", "naivemix"]
 TaylorNorm = Literal["sample", "batch"]
-#: The loss terms logged per round (`client/FedMix/<term>`): label CE, mean-label CE, the derivative term.
+#: The loss terms logged per round (`client/fedmix/<term>`, unweighted batch means): label CE, mean-label CE, the
+#: derivative term.
 TERMS = ("ce", "mean_label", "taylor")
 
 
