@@ -118,7 +118,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="fkpl-mixing-ignores-b",
-        file="flsuite/methods/fkpl_calibrate.py",
+        file="flsuite/methods/fkpl/prototypes.py",
         old="lam = self.a + (self.b - self.a) * torch.rand(n, 1, generator=gen)",
         new="lam = self.a + (1.0 - self.a) * torch.rand(n, 1, generator=gen)",
         breaks="FKPL's mixing weight λ ~ U(a, 1) ignores the upper bound b (Eq. 10)",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flsuite.methods.fkpl_cluster import threshold_scan
+from flsuite.methods.fkpl.cluster import threshold_scan
 
 
 def main() -> None:

@@ -22,8 +22,9 @@ import numpy as np
 
 from flsuite.cli import federation_from_configs
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_cluster import Angle, Linkage, angle_matrix, cluster, purity
-from flsuite.methods.fkpl_subspace import SubspaceBasis, client_bases
+from flsuite.methods.fkpl.cluster import angle_matrix, cluster, purity
+from flsuite.methods.fkpl.settings import Angle, Linkage
+from flsuite.methods.fkpl.subspace import SubspaceBasis, client_bases
 from flsuite.runtime import keep_freed_memory
 
 #: The paper's Stage-0 thresholds (degrees) by suite.
@@ -76,20 +77,20 @@ def stage0_rows(config: str, step: float, ablate: bool, fit_args: list[str]) -> 
     if ablate and (configured.augment or configured.normalize):
         for aug, norm in ((False, False), (False, True), (True, False)):
             if (aug, norm) != (configured.augment, configured.normalize):
-                queries.append((replace(configured, augment=aug, normalize=norm), (method.angle,)))
+                queries.append((replace(configured, augment=aug, normalize=norm), (method.stage0.angle,)))
     rows = []
     for query, angle_names in queries:
         bases = client_bases(fed, query, federation.seed)
         for angle in angle_names:
             angles = angle_matrix(bases, angle)
             at = []
-            for t in (method.threshold, paper):
-                labels = cluster(angles, t, method.linkage) if t is not None else None
+            for t in (method.stage0.threshold, paper):
+                labels = cluster(angles, t, method.stage0.linkage) if t is not None else None
                 at.append(f"{t} | {max(labels) + 1} | {purity(labels, domains):.2f}" if labels else "— | — | —")
-            mark = " (configured)" if angle == method.angle else ""
+            mark = " (configured)" if angle == method.stage0.angle else ""
             rows.append(
-                f"| {config} | {stage0_kind(query, method.linkage)} | {'×'.join(map(str, fed.input_shape))} | {len(fed.clients)} / {len(set(domains))} "
-                f"| {angle}{mark} | {at[0]} | {at[1]} | {span(angles[same])} | {span(angles[cross])} | {recovering(angles, domains, step, method.linkage)} |"
+                f"| {config} | {stage0_kind(query, method.stage0.linkage)} | {'×'.join(map(str, fed.input_shape))} | {len(fed.clients)} / {len(set(domains))} "
+                f"| {angle}{mark} | {at[0]} | {at[1]} | {span(angles[same])} | {span(angles[cross])} | {recovering(angles, domains, step, method.stage0.linkage)} |"
             )
     return rows
 

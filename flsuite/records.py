@@ -71,10 +71,33 @@ TOTAL_BYTES_UP, TOTAL_BYTES_DOWN = "total/bytes_up", "total/bytes_down"
 FEDEGG_UPDATE_RATIO, FEDEGG_GATE = "server/fedegg/update_ratio", "server/fedegg/gate"
 #: FedCiR: each weighted term's share of the clients' loss, λ_t L_t / L — flsuite/methods/fedcir_terms.py.
 FEDCIR_LOSS_SHARES = ("client/fedcir/reg_loss_share", "client/fedcir/align_loss_share")
-#: FKPL's per-stage costs (summary and setup.json, Tables 9–10) — flsuite/methods/fkpl_calibrate.py `stage_costs`.
-FKPL_STAGE_BYTES_UP = ("fkpl/stage0/bytes_up", "fkpl/stage1/bytes_up", "fkpl/stage2/bytes_up")
-FKPL_STAGE_BYTES_DOWN = ("fkpl/stage1/bytes_down", "fkpl/stage2/bytes_down", "fkpl/stage2/encoder_bytes_down")
-FKPL_STAGE_SECONDS = ("fkpl/stage0/time/cluster_s", "fkpl/stage1/time_s", "fkpl/stage2/time/head_fit_s")
+# FKPL (flsuite/methods/fkpl/; its records in docs/fkpl.md).
+#: Metric prefixes: expert v's Stage-I rounds (`fkpl_expert_prefix`), the federated-head control's rounds, the
+#: personalised heads (`personal/acc/<d>`, `personal/acc_mean`; cluster v's head: `fkpl_cluster_head_prefix`).
+FKPL_HEAD_PREFIX, FKPL_PERSONAL_PREFIX = "head/", "personal/"
+#: Stage 0's record (phase `cluster`): V, purity, threshold, labels, the bases' float scalars (and `bytes_up`); its
+#: timing: the bases' exchange and the clustering.
+FKPL_NUM_CLUSTERS, FKPL_PURITY, FKPL_THRESHOLD, FKPL_LABELS = "cluster/num_clusters", "cluster/purity", "cluster/threshold", "cluster/labels"
+SCALARS_UP = "scalars_up"
+FKPL_PREPROCESS_SECONDS, FKPL_CLUSTER_SECONDS = "time/preprocess_s", "time/cluster_s"
+#: Stage II's record (phase `calibrate`): the server head's loss and F's width d_V, then the cost table (Tables 9–10,
+#: flsuite/methods/fkpl/costs.py): its counts in the record, its wall times in the timing, all of it under
+#: `FKPL_SUMMARY_PREFIX` in setup.json and the summary.
+FKPL_HEAD_LOSS, FKPL_FEATURE_DIM = f"{SERVER_PREFIX}head_loss", "d_V"
+FKPL_STAGE_PREFIXES, FKPL_SUMMARY_PREFIX = ("stage0/", "stage1/", "stage2/"), "fkpl/"
+FKPL_STAGE0_BYTES_UP, FKPL_STAGE0_SCALARS_UP = "stage0/bytes_up", "stage0/scalars_up"
+FKPL_STAGE0_PREPROCESS_SECONDS, FKPL_STAGE0_CLUSTER_SECONDS = "stage0/time/preprocess_s", "stage0/time/cluster_s"
+FKPL_STAGE1_BYTES_UP, FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE1_SECONDS = "stage1/bytes_up", "stage1/bytes_down", "stage1/time_s"
+FKPL_STAGE1_SCALARS_PER_EXPERT, FKPL_STAGE1_ROUNDS = "stage1/scalars_per_expert", "stage1/rounds"
+FKPL_ENCODER_BYTES_DOWN, FKPL_ENCODER_SCALARS_DOWN = "stage2/encoder_bytes_down", "stage2/encoder_scalars_down"
+FKPL_PROTOTYPE_SCALARS_UP, FKPL_DOMAIN_PROTOTYPE_SCALARS_DOWN = "stage2/scalars_up/prototypes", "stage2/scalars_down/domain_prototypes"
+FKPL_VIRTUAL_SCALARS_UP, FKPL_NUM_VIRTUAL = "stage2/scalars_up/virtual_features", "stage2/num_virtual"
+FKPL_STAGE2_BYTES_UP, FKPL_STAGE2_BYTES_DOWN = "stage2/bytes_up", "stage2/bytes_down"
+FKPL_PROTOTYPES_SECONDS, FKPL_VIRTUAL_SECONDS, FKPL_HEAD_FIT_SECONDS = "stage2/time/prototypes_s", "stage2/time/virtual_s", "stage2/time/head_fit_s"
+#: The per-stage costs dashboards show (summary and setup.json).
+FKPL_STAGE_BYTES_UP = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_BYTES_UP, FKPL_STAGE1_BYTES_UP, FKPL_STAGE2_BYTES_UP))
+FKPL_STAGE_BYTES_DOWN = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE2_BYTES_DOWN, FKPL_ENCODER_BYTES_DOWN))
+FKPL_STAGE_SECONDS = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_CLUSTER_SECONDS, FKPL_STAGE1_SECONDS, FKPL_HEAD_FIT_SECONDS))
 
 #: Keys a round record carries every evaluated round (what a sweep can report per round); everything else is a
 #: summary key.
@@ -88,7 +111,7 @@ def declared_names() -> frozenset[str]:
         if name.isupper() and isinstance(value, str) and not value.endswith("/"):
             names.add(value)
         elif name.isupper() and isinstance(value, tuple) and all(isinstance(v, str) for v in value):
-            names.update(value)
+            names.update(v for v in value if not v.endswith("/"))
     return frozenset(names)
 
 
@@ -132,6 +155,16 @@ def client_metric_key(method: str, metric: str) -> str:
     """The round-record key of a metric the clients report: `client/<method>/<metric>`, <method> the method's class
     name lower-cased (`FedCiR`, `align` -> `client/fedcir/align`)."""
     return f"{CLIENT_PREFIX}{method.lower()}/{metric}"
+
+
+def fkpl_expert_prefix(v: int) -> str:
+    """The metric prefix of FKPL's expert v in Stage I: `expert<v>/`."""
+    return f"expert{v}/"
+
+
+def fkpl_cluster_head_prefix(v: int) -> str:
+    """The metric prefix of FKPL's personalised head of cluster v: `pcluster<v>/`."""
+    return f"pcluster{v}/"
 
 
 def last_k_prefix(last_k: int) -> str:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import flsuite.methods.fkpl_calibrate as calibrate
 from flsuite.federation.checkpoint import CHECKPOINT_NAME, CLIENTS_DIR, load_checkpoint, split_old_outputs
 from flsuite.federation.phases import Rounds
 from flsuite.interrupts import RunInterrupted
+from flsuite.methods.fkpl.prototypes import VirtualFeatureQuery
 from flsuite.methods.scaffold import Scaffold
 from tests.federation.test_run import CrashAtRound
 from tests.helpers import head_federation
@@ -107,7 +107,7 @@ def fkpl_full(tmp_path_factory):
 def kill_fkpl(run_dir: Path, where: str, monkeypatch) -> None:
     """Killed in expert 1's second round (a nested cursor, Stage 0's answer) or inside the virtual-feature exchange
     (Stage II's prototype answer, the weights each client holds from it)."""
-    real_round, real_compute = Rounds._round, calibrate.VirtualFeatureQuery.compute
+    real_round, real_compute = Rounds._round, VirtualFeatureQuery.compute
 
     def _round(self, ctx, rnd, *a, **k):
         if where == "experts" and self.name == "experts/expert1" and rnd == 2:
@@ -121,7 +121,7 @@ def kill_fkpl(run_dir: Path, where: str, monkeypatch) -> None:
 
     with monkeypatch.context() as patch:
         patch.setattr(Rounds, "_round", _round)
-        patch.setattr(calibrate.VirtualFeatureQuery, "compute", compute)
+        patch.setattr(VirtualFeatureQuery, "compute", compute)
         with pytest.raises(RunInterrupted):
             fkpl_federation(run_dir).fit()
 

@@ -65,7 +65,7 @@ def load(config: Path) -> Stage0Reference:
 def write(config: Path) -> Path:
     """Build the config's data as `flsuite fit` does and save every client's Stage-0 basis (float32)."""
     from flsuite.cli import federation_from_configs
-    from flsuite.methods.fkpl_subspace import client_bases
+    from flsuite.methods.fkpl.subspace import client_bases
 
     federation = federation_from_configs(config)
     source, query = federation.data, federation.method.subspace_query()

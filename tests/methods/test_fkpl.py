@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-import flsuite.methods.fkpl_calibrate as calibrate
-import flsuite.methods.fkpl_stages as stages
+import flsuite.methods.fkpl.calibrate as calibrate
+import flsuite.methods.fkpl.clustering as clustering
 from flsuite.data.base import ClientData, DataSource, FederatedData, Split
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.phases import Rounds
@@ -19,9 +19,9 @@ from flsuite.federation.query import QueryTask
 from flsuite.interrupts import RunInterrupted
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_cluster import angle_matrix, cluster, principal_angle, purity, threshold_scan
-from flsuite.methods.fkpl_model import ConcatExperts, encode, encoder_weights, head_keys
-from flsuite.methods.fkpl_subspace import SubspaceBasis, subspace_basis
+from flsuite.methods.fkpl.cluster import angle_matrix, cluster, principal_angle, purity, threshold_scan
+from flsuite.methods.fkpl.model import ConcatExperts, encode, encoder_weights, head_keys
+from flsuite.methods.fkpl.subspace import SubspaceBasis, subspace_basis
 from flsuite.models.heads import MLP
 from tests.helpers import head_federation
 
@@ -238,7 +238,7 @@ def test_a_kill_in_each_stage_resumes_to_the_uninterrupted_run(tmp_path, monkeyp
     server stored its reduction (its bytes must not count twice), inside the virtual-feature exchange, and in the
     server head's fit."""
     fired: list[str] = []
-    real_cluster, real_round, real_fit, real_compute = stages.cluster, Rounds._round, calibrate.fit_head, calibrate.VirtualFeatureQuery.compute
+    real_cluster, real_round, real_fit, real_compute = clustering.cluster, Rounds._round, calibrate.fit_head, calibrate.VirtualFeatureQuery.compute
     real_protos = calibrate.domain_prototypes
 
     def trip(name):
@@ -268,7 +268,7 @@ def test_a_kill_in_each_stage_resumes_to_the_uninterrupted_run(tmp_path, monkeyp
         trip("prototypes")
         return real_protos(*a, **k)
 
-    monkeypatch.setattr(stages, "cluster", cluster)
+    monkeypatch.setattr(clustering, "cluster", cluster)
     monkeypatch.setattr(calibrate, "domain_prototypes", domain_prototypes)
     monkeypatch.setattr(Rounds, "_round", _round)
     monkeypatch.setattr(calibrate, "fit_head", fit_head)

@@ -19,8 +19,8 @@ import yaml
 from flsuite.cli import federation_from_configs
 from flsuite.data.base import ClientData
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_cluster import angle_matrix, cluster, purity
-from flsuite.methods.fkpl_subspace import SubspaceBasis, client_bases, client_basis
+from flsuite.methods.fkpl.cluster import angle_matrix, cluster, purity
+from flsuite.methods.fkpl.subspace import SubspaceBasis, client_bases, client_basis
 from flsuite.paths import data_path
 from tests.methods import fkpl_stage0_reference as reference
 
@@ -81,22 +81,22 @@ def test_every_shipped_fkpl_config_has_more_than_one_and_fewer_than_m_clusters(c
     if not root.is_dir():
         pytest.skip(f"data not on this machine: {root}")
     fkpl = federation.method
-    assert isinstance(fkpl, FKPL) and fkpl.assignment == "subspace"
+    assert isinstance(fkpl, FKPL) and fkpl.stage0.assignment == "subspace"
     if federation.data.encoder is not None:
         bases, domains = _referenced_bases(config, federation, fkpl)
     else:
         fed, _ = federation.build_data()
         bases, domains = client_bases(fed, fkpl.subspace_query(), federation.seed), [client.domain for client in fed.clients]
-    labels = cluster(angle_matrix(bases, fkpl.angle), fkpl.threshold, fkpl.linkage)
+    labels = cluster(angle_matrix(bases, fkpl.stage0.angle), fkpl.stage0.threshold, fkpl.stage0.linkage)
     assert 1 < max(labels) + 1 < len(bases), labels
     if config.name not in PIXELS:
         return
     expected, paper = PIXELS[config.name]
     assert (max(labels) + 1, purity(labels, domains)) == expected
     # why the pixel configs take neither the exact angle nor the official Stage 0: one cluster, one per client
-    assert set(cluster(angle_matrix(bases, "exact"), fkpl.threshold)) == {0}
+    assert set(cluster(angle_matrix(bases, "exact"), fkpl.stage0.threshold)) == {0}
     official = federation_from_configs(config, OFFICIAL).method
-    on_official = cluster(angle_matrix(client_bases(fed, official.subspace_query(), federation.seed), official.angle), paper, official.linkage)
+    on_official = cluster(angle_matrix(client_bases(fed, official.subspace_query(), federation.seed), official.stage0.angle), paper, official.stage0.linkage)
     assert max(on_official) + 1 == len(fed.clients)
 
 
@@ -106,7 +106,7 @@ def test_the_official_stage0_overlay_sets_exactly_the_official_options():
     base = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml").method
     method = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml", OFFICIAL).method
     assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts", size=32, augment=True, normalize=True)
-    assert (method.angle, method.linkage, method.threshold) == ("pacfl", "weighted", base.threshold)
+    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == ("pacfl", "weighted", base.stage0.threshold)
 
 
 def test_the_official_stage0_overlay_for_features_sets_the_official_options_that_apply_to_features():
@@ -118,4 +118,4 @@ def test_the_official_stage0_overlay_for_features_sets_the_official_options_that
     base = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml").method
     method = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml", features).method
     assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts")
-    assert (method.angle, method.linkage, method.threshold) == ("pacfl", "weighted", base.threshold)
+    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == ("pacfl", "weighted", base.stage0.threshold)

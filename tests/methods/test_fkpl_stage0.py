@@ -16,8 +16,8 @@ from scipy.spatial.distance import squareform
 
 from flsuite.data.base import ClientData, DataSource, FederatedData, Split
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_cluster import angle_matrix, cluster
-from flsuite.methods.fkpl_subspace import CROP_PADDING, SubspaceBasis, class_budget, client_bases, stage0_inputs
+from flsuite.methods.fkpl.cluster import angle_matrix, cluster
+from flsuite.methods.fkpl.subspace import CROP_PADDING, SubspaceBasis, class_budget, client_bases, stage0_inputs
 from flsuite.models.heads import SmallCNN
 from flsuite.models.image_preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from tests.helpers import head_federation

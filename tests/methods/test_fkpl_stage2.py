@@ -14,8 +14,8 @@ from flsuite.federation.phases import Rounds
 from flsuite.federation.query import QueryTask
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fkpl import FKPL
-from flsuite.methods.fkpl_calibrate import VirtualFeatureQuery
-from flsuite.methods.fkpl_model import ConcatExperts, SeededInit, encode, encoder_weights, head_keys
+from flsuite.methods.fkpl.model import ConcatExperts, SeededInit, encode, encoder_weights, head_keys
+from flsuite.methods.fkpl.prototypes import VirtualFeatureQuery
 from flsuite.models.heads import MLP
 from flsuite.seeding import derive_seed
 from tests.helpers import head_federation

@@ -2,18 +2,18 @@
 Knowledge-Preserving Perspective"), a protocol of three phases (spec ../shared/methods/fkpl.md; the paper text has no
 equations, so the formulas below are the spec's reconstruction, each with its spec row):
 
-Stage 0 (§1.2, `fkpl_subspace`, `fkpl_cluster`): client m uploads U_m, the top-p left singular vectors of X_m
+Stage 0 (§1.2; `subspace`, `cluster`, `clustering`): client m uploads U_m, the top-p left singular vectors of X_m
     (p = 10, whole client; per class by flag, the budget split equally or by the official count rule); the server
     sets A_ij = θ1(U_i, U_j) = arccos σ_max(U_iᵀU_j) in degrees (the PACFL entrywise min arccos by flag) and
     clusters with average-linkage agglomerative clustering at a threshold in degrees (scikit-learn; the official
     code's pairwise-mean rule by flag). V = number of clusters. Stage 0 may see its own inputs (resized, augmented,
     ImageNet-normalised: the official code's); configs/fkpl/stage0_official.yaml sets the official Stage 0 whole.
     Logs fkpl_angles.png, fkpl_clusters.json, purity, a threshold scan.
-Stage I (§1.3): per cluster v, FedAvg over its members, every member every round, w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m;
-    a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every expert starts from one
+Stage I (§1.3; `experts`): per cluster v, FedAvg over its members, every member every round,
+    w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m; a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every expert starts from one
     `model_init` draw (`expert_init: shared`, as the official code: each cluster's model starts from one client's
     weights) or from its own stream derived from (seed, cluster) (`expert_init: independent`).
-Stage II (§1.4–1.8, PCC): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads dropped); client m uploads p_m^k = mean F(x)
+Stage II (§1.4–1.8, PCC; `calibrate`, `prototypes`, `head`, `model`): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads dropped); client m uploads p_m^k = mean F(x)
     over its class-k samples; the server forms P_v^k = mean_{m∈C_v, k∈K_m} p_m^k (unweighted, §7.8); client m uploads
     z̃ = λ·F(x) + (1 − λ)·P_v^y, λ ~ U(a, b) (Eq. 10, §1.7), with one partner v drawn uniformly among the clusters
     holding y (`partner: one`) or one z̃ for every v ∈ V_y, a fresh λ per pair (`partner: all`, the official code's
@@ -24,19 +24,42 @@ Only U_m (Stage 0), expert weights (Stage I), prototypes and virtual features (S
 exchange is a client query or a round, so its bytes are counted by the engine (`query/fkpl/...`, per-round bytes);
 F travels with both Stage-II queries and is counted once per client (a client keeps the weights a query sent it).
 Every decision taken where the spec is open (spec row → choice, deviations marked): docs/fkpl.md "Decisions".
+
+The package: `settings` (one checked dataclass per stage), the three phases (`clustering`, `experts`, `calibrate`),
+what they compute (`subspace`, `cluster`, `prototypes`, `head`, `model`) and the cost table (`costs`). Each phase
+takes its stage's settings and reads the earlier phases' published outputs as typed values, never this object.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from flsuite.federation.phases import Phase
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fkpl_subspace import SubspaceBasis
+from flsuite.methods.fkpl.calibrate import Calibrate
+from flsuite.methods.fkpl.clustering import ClusterClients
+from flsuite.methods.fkpl.experts import TrainExperts
+from flsuite.methods.fkpl.settings import (
+    Angle,
+    Assignment,
+    CalibrationSettings,
+    ClassBudget,
+    ClusterSettings,
+    ExpertInit,
+    ExpertSettings,
+    Head,
+    LamOn,
+    Linkage,
+    Partner,
+)
+from flsuite.methods.fkpl.subspace import SubspaceBasis
+
+__all__ = ["FKPL"]
 
 
 class FKPL(FedAvg):
     """FKPL as its own protocol (`protocol()`); used under a plain `Rounds`, it is FedAvg.
+
+    The options build the three stage settings (`stage0`: `ClusterSettings`, `stage1`: `ExpertSettings`, `stage2`:
+    `CalibrationSettings`), each checked as it is built; each phase of the protocol takes its own.
 
     Args:
         threshold: Stage 0 distance threshold in degrees (paper: Office 5.3, PACS 4.2, DomainNet-4 11.5).
@@ -44,7 +67,7 @@ class FKPL(FedAvg):
         per_class: PACFL's per-class SVD (the budget split over the client's classes) instead of one whole-client SVD.
         angle: "exact" principal angle θ1, or "pacfl" (PACFL code's minimum entrywise arccos).
         class_budget: With `per_class`: "floor" (⌊p/|K_m|⌋ ≥ 1 vectors per class) or "counts" (the official code's
-            count-proportional split of p, `fkpl_subspace.class_budget`).
+            count-proportional split of p, `subspace.class_budget`).
         linkage: "average" (scikit-learn, UPGMA, merge below the threshold) or "weighted" (the official code's
             agglomeration: pairwise-mean rows, merge at or below the threshold).
         stage0_size: Resize Stage 0's inputs to this side (the official code: 32); null = as the data holds them.
@@ -82,70 +105,44 @@ class FKPL(FedAvg):
 
     def __init__(
         self,
-        threshold: float = 5.3,
-        basis: int = 10,
-        per_class: bool = False,
-        angle: Literal["exact", "pacfl"] = "exact",
-        class_budget: Literal["floor", "counts"] = "floor",
-        linkage: Literal["average", "weighted"] = "average",
-        stage0_size: int | None = None,
-        stage0_augment: bool = False,
-        stage0_normalize: bool = False,
-        assignment: Literal["subspace", "single", "domains"] = "subspace",
-        expert_rounds: int | None = None,
-        head: Literal["server", "federated"] = "server",
-        head_epochs: int = 200,
-        head_lr: float = 0.01,
-        head_momentum: float = 0.9,
-        head_batch_size: int = 64,
-        head_rounds: int | None = None,
-        a: float = 0.5,
-        b: float = 1.0,
-        lam_on: Literal["feature", "prototype"] = "feature",
-        lam_decimals: int | None = None,
-        partner: Literal["one", "other", "all"] = "one",
-        virtual_per_sample: int = 1,
-        expert_init: Literal["shared", "independent"] = "shared",
-        personalized_heads: bool = False,
+        threshold: float = ClusterSettings.threshold,
+        basis: int = ClusterSettings.basis,
+        per_class: bool = ClusterSettings.per_class,
+        angle: Angle = ClusterSettings.angle,
+        class_budget: ClassBudget = ClusterSettings.class_budget,
+        linkage: Linkage = ClusterSettings.linkage,
+        stage0_size: int | None = ClusterSettings.stage0_size,
+        stage0_augment: bool = ClusterSettings.stage0_augment,
+        stage0_normalize: bool = ClusterSettings.stage0_normalize,
+        assignment: Assignment = ClusterSettings.assignment,
+        expert_rounds: int | None = ExpertSettings.expert_rounds,
+        head: Head = CalibrationSettings.head,
+        head_epochs: int = CalibrationSettings.head_epochs,
+        head_lr: float = CalibrationSettings.head_lr,
+        head_momentum: float = CalibrationSettings.head_momentum,
+        head_batch_size: int = CalibrationSettings.head_batch_size,
+        head_rounds: int | None = CalibrationSettings.head_rounds,
+        a: float = CalibrationSettings.a,
+        b: float = CalibrationSettings.b,
+        lam_on: LamOn = CalibrationSettings.lam_on,
+        lam_decimals: int | None = CalibrationSettings.lam_decimals,
+        partner: Partner = CalibrationSettings.partner,
+        virtual_per_sample: int = CalibrationSettings.virtual_per_sample,
+        expert_init: ExpertInit = ExpertSettings.expert_init,
+        personalized_heads: bool = CalibrationSettings.personalized_heads,
     ) -> None:
+        options = dict(locals())  # the defaults above are the stage settings' own
         super().__init__("samples")
-        renamed = " ('any' is now 'one')" if partner == "any" else ""
-        decimals_ok = lam_decimals is None or (isinstance(lam_decimals, int) and lam_decimals >= 0)
-        checks = {
-            "threshold must be >= 0": threshold >= 0,
-            "basis must be >= 1": basis >= 1,
-            "angle must be 'exact' or 'pacfl'": angle in ("exact", "pacfl"),
-            "class_budget must be 'floor' or 'counts'": class_budget in ("floor", "counts"),
-            "linkage must be 'average' or 'weighted'": linkage in ("average", "weighted"),
-            "stage0_size must be >= 1 or null": stage0_size is None or stage0_size >= 1,
-            "assignment must be 'subspace', 'single' or 'domains'": assignment in ("subspace", "single", "domains"),
-            "head must be 'server' or 'federated'": head in ("server", "federated"),
-            f"need 0 <= a <= b <= 1, got a = {a}, b = {b}": 0.0 <= a <= b <= 1.0,
-            f"lam_on must be 'feature' or 'prototype', got {lam_on!r}": lam_on in ("feature", "prototype"),
-            f"lam_decimals must be an integer >= 0 or null, got {lam_decimals!r}": decimals_ok,
-            f"partner must be 'one', 'other' or 'all', got {partner!r}{renamed}": partner in ("one", "other", "all"),
-            f"expert_init must be 'shared' or 'independent', got {expert_init!r}": expert_init in ("shared", "independent"),
-            "head_epochs, head_batch_size, virtual_per_sample must be >= 1": min(head_epochs, head_batch_size, virtual_per_sample) >= 1,
-            "head_lr must be > 0": head_lr > 0,
-            "expert_rounds and head_rounds must be >= 1 or null": all(r is None or r >= 1 for r in (expert_rounds, head_rounds)),
-        }
-        bad = [k for k, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"FKPL: {'; '.join(bad)}")
-        self.threshold, self.basis, self.per_class, self.angle, self.assignment = threshold, basis, per_class, angle, assignment
-        self.class_budget, self.linkage = class_budget, linkage
-        self.stage0_size, self.stage0_augment, self.stage0_normalize = stage0_size, stage0_augment, stage0_normalize
-        self.expert_rounds, self.head, self.head_epochs, self.head_lr = expert_rounds, head, head_epochs, head_lr
-        self.head_momentum, self.head_batch_size, self.head_rounds = head_momentum, head_batch_size, head_rounds
-        self.a, self.b, self.lam_on, self.lam_decimals, self.partner = a, b, lam_on, lam_decimals, partner
-        self.virtual_per_sample, self.expert_init, self.personalized_heads = virtual_per_sample, expert_init, personalized_heads
+        self.stage0, self.stage1, self.stage2 = ClusterSettings.of(options), ExpertSettings.of(options), CalibrationSettings.of(options)
 
     def subspace_query(self) -> SubspaceBasis:
         """Stage 0's client query as configured (the run, experiments/fkpl_stage0.py and the config tests use it)."""
-        return SubspaceBasis(self.basis, self.per_class, self.class_budget, self.stage0_size, self.stage0_augment, self.stage0_normalize)
+        return SubspaceBasis.of(self.stage0)
 
     def protocol(self) -> list[Phase]:
-        from flsuite.methods.fkpl_calibrate import Calibrate
-        from flsuite.methods.fkpl_stages import ClusterClients, TrainExperts
-
-        return [ClusterClients(self, self.names[0]), TrainExperts(self, self.names[1]), Calibrate(self, self.names[2])]
+        cluster, experts, calibrate = self.names
+        return [
+            ClusterClients(self.stage0, cluster),
+            TrainExperts(self.stage1, experts, clusters=cluster),
+            Calibrate(self.stage2, calibrate, clusters=cluster, experts=experts),
+        ]

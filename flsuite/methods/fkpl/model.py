@@ -1,7 +1,8 @@
 """FKPL's Stage-II model: the V expert encoders concatenated and frozen, F(x) = [f_1(x); …; f_V(x)] ∈ R^{d_V}, and
 optionally one linear head over it (the evaluated model head ∘ F). The experts' Stage-I heads are discarded: they are
 kept as non-persistent buffers, so the state dict — what a client downloads — holds exactly the V encoders (V·P_f,
-Table 9). The encoders always run in eval mode (BatchNorm running statistics, no dropout; spec §1.4 [OURS])."""
+Table 9). The encoders always run in eval mode (BatchNorm running statistics, no dropout; spec §1.4 [OURS]). Also
+Stage I's `SeededInit` (an expert from its own initial draw)."""
 
 from __future__ import annotations
 

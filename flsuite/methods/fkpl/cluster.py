@@ -1,5 +1,6 @@
 """FKPL Stage 0, server side (spec §1.2, following PACFL): principal angles between the clients' uploaded bases
-U_m (client side: `flsuite.methods.fkpl_subspace`) and the clustering that fixes V.
+U_m (client side: `flsuite.methods.fkpl.subspace`) and the clustering that fixes V; the phase that runs them is
+`flsuite.methods.fkpl.clustering`.
 
     exact (default):   θ1(U_i, U_j) = arccos(clip(σ_max(U_iᵀ U_j), −1, 1)) · 180/π
     "pacfl" (flag):    θ1(U_i, U_j) = min_{a,b} arccos(clip((U_iᵀ U_j)_ab, −1, 1)) · 180/π   (PACFL's code: entrywise, no |·|;
@@ -19,14 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from sklearn.cluster import AgglomerativeClustering
 
-Angle = Literal["exact", "pacfl"]
-Linkage = Literal["average", "weighted"]
+from flsuite.methods.fkpl.settings import Angle, Linkage
 
 
 def principal_angle(u: torch.Tensor, v: torch.Tensor, angle: Angle = "exact") -> float:

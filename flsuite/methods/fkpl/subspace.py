@@ -1,5 +1,5 @@
 """FKPL Stage 0, client side: the basis U_m a client uploads (spec §1.2, following PACFL); the server side (angles,
-clustering) is `flsuite.methods.fkpl_cluster`.
+clustering) is `flsuite.methods.fkpl.cluster`.
 
 U_m holds the leading left singular vectors of X_m (one column per training sample, inputs flattened): of the whole
 client (default), or per class, stacked in ascending class order (`per_class`), the budget p split over the classes
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from flsuite.data.augment import Augment
 from flsuite.data.base import ClientData, FederatedData
 from flsuite.federation.query import ClientQuery, QueryTask
+from flsuite.methods.fkpl.settings import ClassBudget, ClusterSettings
 from flsuite.models.image_preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from flsuite.seeding import derive_seed
 
-ClassBudget = Literal["floor", "counts"]
 #: The official training transform's RandomCrop padding (at 32×32).
 CROP_PADDING = 4
 
@@ -109,6 +109,11 @@ class SubspaceBasis(ClientQuery):
     normalize: bool = False
 
     name = "fkpl/subspace"
+
+    @classmethod
+    def of(cls, settings: ClusterSettings) -> SubspaceBasis:
+        """Stage 0's query as `settings` configure it (the run, experiments/fkpl_stage0.py and the config tests use it)."""
+        return cls(settings.basis, settings.per_class, settings.class_budget, settings.stage0_size, settings.stage0_augment, settings.stage0_normalize)
 
     def compute(self, client, task: QueryTask | None, model) -> dict[str, Any]:
         seed = task.seed if task is not None else derive_seed(0, client=client.client_id, purpose=f"query/{self.name}")
