@@ -8,8 +8,11 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "flsuite"
+METHODS = "flsuite.methods"
 MAX_LINES = 300
 #: The module docs/architecture.md's "how to add a method" asks a user to create (run by tests/test_add_a_method.py).
 EXAMPLE = "flsuite.methods.fedexample.FedExample"
@@ -141,6 +144,44 @@ def test_no_import_cycles():
     graph = {m: sorted({t for t, typing_only in ts if not typing_only}) for m, ts in imports(modules()).items()}
     graph = {m: [t for t in ts if not m.startswith(f"{t}.")] for m, ts in graph.items()}  # a package's own __init__
     assert find_cycle(graph) is None
+
+
+def test_no_import_cycle_inside_the_methods_even_at_type_level():
+    """Inside `methods/` an import under `if TYPE_CHECKING:` counts too, and so does a module's import of its own
+    package's `__init__` (which imports the module): a method's modules import downwards only (FKPL's package:
+    settings and the math at the bottom, the phases above them, `FKPL` in `__init__` on top)."""
+    graph = {m: sorted({t for t, _ in ts if t.startswith(METHODS)}) for m, ts in imports(modules()).items() if m.startswith(METHODS)}
+    assert find_cycle(graph) is None
+
+
+def test_the_type_level_cycle_check_sees_an_import_under_type_checking(tmp_path, monkeypatch):
+    """The check above on a made-up method package shaped as FKPL was before issue 34: the method (`__init__`) imports
+    its phase at run time, the phase imports the method only under TYPE_CHECKING."""
+    package = tmp_path / "flsuite" / "methods" / "made_up"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from flsuite.methods.made_up.phase import Stage\n")
+    (package / "phase.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from flsuite.methods.made_up import Method\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "flsuite")
+    made_up = "flsuite.methods.made_up"
+    assert imports(modules()) == {made_up: [(f"{made_up}.phase", False)], f"{made_up}.phase": [(made_up, True)]}
+    with pytest.raises(AssertionError):
+        test_no_import_cycle_inside_the_methods_even_at_type_level()
+    (package / "phase.py").write_text("")
+    test_no_import_cycle_inside_the_methods_even_at_type_level()
+
+
+def test_every_function_of_fkpl_is_under_40_lines():
+    """FKPL's package reads in short functions (issue 34): decorators to the last line, signatures and docstrings
+    included."""
+    long = {}
+    for path in sorted((PACKAGE / "methods" / "fkpl").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if (n := (node.end_lineno or node.lineno) - first + 1) >= 40:
+                    long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
+    assert long == {}
 
 
 def test_no_file_in_the_package_is_over_300_lines():
