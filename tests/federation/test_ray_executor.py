@@ -85,8 +85,8 @@ def test_ray_equals_serial_for_fedavg(tmp_path, serial_fedavg):
 
 def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(tmp_path, serial_fedavg, caplog):
     """`keep_workers`: the second run (another method) takes the first run's two worker processes (it starts none),
-    gives them its own environment and computes its serial run's metrics; `release_idle_workers` stops them."""
-    ray_workers.release_idle_workers()
+    gives them its own environment and computes its serial run's metrics; `release_idle_workers` stops them. The first
+    run takes whatever workers earlier tests left idle (or starts its own): the second one must take the first's."""
     head_federation(tmp_path / "first", executor=ray_executor()).fit()
     kept = idle_pids()
     head_federation(tmp_path / "serial", method=Scaffold()).fit()
@@ -114,22 +114,35 @@ def stopped(worker, deadline_s: float = 60.0) -> bool:
     return False
 
 
-def test_idle_workers_of_a_ray_shut_down_since_are_not_taken(tmp_path, serial_fedavg):
+def test_idle_workers_of_a_ray_shut_down_since_are_not_taken(tmp_path, serial_fedavg, caplog):
     """A new local Ray numbers its jobs from 1 again: workers kept on the Ray before are not handed on (a CI run in a
-    random order once took them and failed with "Can't find actor")."""
-    ray_workers.release_idle_workers()
-    head_federation(tmp_path / "first", executor=ray_executor()).fit()
-    assert len(idle_pids()) == 2
+    random order once took them and failed with "Can't find actor"), not even offered: the new Ray's run starts its
+    own worker without trying one of the old Ray's (which `start` would skip, as gone). One worker a run is enough (a
+    new worker imports torch and Lightning: seconds)."""
+    head_federation(tmp_path / "first", executor=ray_executor(num_workers=1)).fit()
+    assert idle_pids()
     ray.shutdown()
     start_local_ray()
-    head_federation(tmp_path / "second", executor=ray_executor()).fit()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="flsuite.federation.ray_executor"):
+        head_federation(tmp_path / "second", executor=ray_executor(num_workers=1)).fit()
+    assert "RayExecutor: 1 workers\n" in caplog.text + "\n" and "reused" not in caplog.text, caplog.text
+    assert "an idle Ray worker was gone" not in caplog.text, caplog.text
     assert (tmp_path / "second" / "metrics.jsonl").read_text() == serial_fedavg
 
 
-def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg):
-    ray_workers.release_idle_workers()
-    head_federation(tmp_path, executor=ray_executor(keep_workers=False)).fit()
-    assert idle_pids() == [] and (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
+def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg, monkeypatch):
+    """Without `keep_workers` the run's workers (here one, taken from those earlier tests left idle or started) are
+    not left idle at `close`, and Ray reports them dead."""
+    used: list = []
+    close = RayExecutor.close
+    monkeypatch.setattr(RayExecutor, "close", lambda self: used.extend(self._actors) or close(self))
+    head_federation(tmp_path, executor=ray_executor(num_workers=1, keep_workers=False)).fit()
+    assert (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
+    assert len(used) == 1
+    idle = [w for pool in ray_workers._IDLE.values() for w in pool]
+    assert not [w for w in used if w in idle]  # actor handles compare by actor id
+    assert all(stopped(worker) for worker in used)
 
 
 def test_ray_equals_serial_for_a_method_with_client_state(tmp_path):
