@@ -1,18 +1,24 @@
 """A real two-node Ray cluster on this machine (two raylets started with `ray start` on 127.0.0.1): `flsuite fit` with
 `address: auto` equals the serial run bit for bit, and a run that loses the second node in the middle of a round
 completes with the same metrics (the executor replaces the dead worker and retries its client). Each run is its own
-`flsuite fit` process, as a user's is."""
+`flsuite fit` process, as a user's is.
+
+The module's cluster is started once; a driver of its own, connected to the head node for the module, counts the nodes
+Ray reports alive (a new driver per count cost seconds of `ray.init`), and Ray's control service health-checks the nodes
+every 0.5 s instead of 3 s, so a lost node is marked dead seconds after its raylet died."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"RAY_AUTH_MODE": "disabled"}
 #: Set in the second node's environment (its workers inherit it): the round in which that node's worker kills its raylet.
 KILL_AT = "FLSUITE_TEST_KILL_NODE_AT_ROUND"
+#: The head's control service checks each node's health every 0.5 s (Ray's default: 3 s); a node is marked dead after
+#: Ray's default number of failed checks in a row (a check fails when a live raylet does not answer within Ray's
+#: default timeout, so a busy machine does not lose a node), i.e. a few seconds after its raylet died.
+HEALTH_CHECKS = {"RAY_health_check_period_ms": "500"}
 
 
 def free_port() -> int:
@@ -57,29 +67,90 @@ def processes_naming(text: str) -> list[int]:
     return pids
 
 
-def stop_processes_naming(text: str, grace_s: float = 15.0) -> None:
-    """SIGTERM every process whose command line contains `text`, then SIGKILL what is left after `grace_s`."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def stop_processes_naming(text: str, grace_s: float = 3.0, deadline_s: float = 15.0) -> None:
+    """SIGTERM every process whose command line contains `text`, then SIGKILL what is left after `grace_s` (Ray's
+    autoscaler monitor outlives a SIGTERM once the control service is gone), and wait up to `deadline_s` for them."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, deadline_s)):
         for pid in processes_naming(text):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + wait_s
         while processes_naming(text) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
+
+
+#: The node counter's driver: one `ray.init` on the head node (a driver attaches to the head when its host has several
+#: nodes, so losing the second node does not take it down); a count per line read from stdin.
+COUNT_NODES = """
+import sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+print("READY", flush=True)
+for _ in sys.stdin:
+    print("ALIVE", sum(1 for n in ray.nodes() if n["Alive"]), flush=True)
+"""
+
+
+class NodeCounter:
+    """A driver process connected to the cluster for the module: `alive()` is the number of nodes Ray reports alive.
+    Ray may print its own lines on the driver's stdout (e.g. "raylet has lagging heartbeats"): only ours are read."""
+
+    def __init__(self, address: str, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", COUNT_NODES, address], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+        try:
+            self.answer("READY")
+        except BaseException:
+            self.proc.kill()
+            raise
+
+    def answer(self, prefix: str, timeout_s: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise RuntimeError(f"the node counter gave no {prefix} line within {timeout_s:.0f} s (exit status {self.proc.poll()})")
+
+    def alive(self) -> int:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return int(self.answer("ALIVE"))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 @dataclass(frozen=True)
 class LocalCluster:
-    """The module's cluster: its address, and how to start its second node again (after a test that loses it)."""
+    """The module's cluster: its address, how to start its second node again (after a test that loses it), and the
+    count of the nodes Ray reports alive."""
 
     address: str
     start_second_node: Callable[[], None]
+    counter: NodeCounter
+
+    def nodes_alive(self) -> int:
+        return self.counter.alive()
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
+def cluster():
     """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1, in a Ray temp dir of their own.
-    A test that takes the second node down starts it again (`start_second_node`), so the tests hold in any order.
+    `two_nodes` starts the second node again before a test if an earlier one took it down, so the tests hold in any
+    order.
 
     The cluster touches nothing else on the machine, so it can run beside the suite's other Ray tests (each starts its
     own local Ray, on another xdist worker too): its address file lives in that temp dir, where a plain `ray.init()`
@@ -93,18 +164,32 @@ def two_nodes():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
     env.pop("RAY_ADDRESS", None)
     own = ("--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={temp_dir}")
+    counter = None
     try:
-        ray_cli("start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", *own, env=env)
+        ray_cli("start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", *own, env={**env, **HEALTH_CHECKS})
 
         def start_second_node() -> None:
             ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
 
         start_second_node()
-        yield LocalCluster(f"127.0.0.1:{port}", start_second_node)
+        counter = NodeCounter(f"127.0.0.1:{port}", env)
+        yield LocalCluster(f"127.0.0.1:{port}", start_second_node, counter)
     finally:
+        if counter is not None:
+            counter.close()
         stop_processes_naming(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not processes_naming(temp_dir), f"processes of the test cluster ({temp_dir}) outlived its teardown"
+
+
+@pytest.fixture
+def two_nodes(cluster):
+    """The module's cluster with both nodes alive: the second one started again if an earlier test lost it."""
+    if cluster.nodes_alive() < 2:
+        cluster.start_second_node()
+        waited, seen = wait_for_nodes_alive(cluster, 2, deadline_s=NODE_DEATH_DEADLINE_S)
+        assert seen[-1] == 2, f"the second node did not come back within {waited:.0f} s (counts seen: {seen})"
+    return cluster
 
 
 class KillsItsNode(ClientModule):
@@ -160,22 +245,17 @@ def fit_serial(tmp_path: Path, name: str, *args: str) -> None:
     federation_from_configs(config, args=[f"--run_dir={tmp_path / name}", *args]).fit()
 
 
-def nodes_alive(cluster: str) -> int:
-    probe = f"import ray; ray.init(address={cluster!r}); print(sum(1 for n in ray.nodes() if n['Alive']))"
-    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **AUTH}, capture_output=True, text=True, timeout=120)
-    return int(out.stdout.strip().splitlines()[-1])
-
-
-#: How long a test waits for Ray to mark a lost node dead (it does once the node has failed several health checks).
+#: How long a test waits for Ray to mark a lost node dead (it does once the node has failed several health checks), or
+#: for a restarted node to register.
 NODE_DEATH_DEADLINE_S = 60.0
 
 
-def wait_for_nodes_alive(cluster: str, expected: int, deadline_s: float, poll_s: float = 2.0) -> tuple[float, list[int]]:
-    """Probe `nodes_alive` until it reports `expected` or `deadline_s` has passed (at least one probe): the seconds
-    waited and every count seen, the last one last."""
+def wait_for_nodes_alive(cluster: LocalCluster, expected: int, deadline_s: float, poll_s: float = 0.25) -> tuple[float, list[int]]:
+    """Count the nodes alive until the count is `expected` or `deadline_s` has passed (at least one count): the
+    seconds waited and every count seen, the last one last."""
     start, seen = time.monotonic(), []
     while True:
-        seen.append(nodes_alive(cluster))
+        seen.append(cluster.nodes_alive())
         waited = time.monotonic() - start
         if seen[-1] == expected or waited >= deadline_s:
             return waited, seen
@@ -184,7 +264,7 @@ def wait_for_nodes_alive(cluster: str, expected: int, deadline_s: float, poll_s:
 
 @pytest.mark.slow
 def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes):
-    assert nodes_alive(two_nodes.address) == 2
+    assert two_nodes.nodes_alive() == 2
     fit_serial(tmp_path, "serial")
     done = fit(tmp_path, "cluster", two_nodes.address, *ON_THE_CLUSTER)
     assert "RayExecutor: 2 workers" in done.stderr
@@ -195,17 +275,14 @@ def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp
 def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes):
     method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
     fit_serial(tmp_path, "serial", method)  # no KILL_AT in this process's environment: nothing is killed
-    assert nodes_alive(two_nodes.address) == 2
+    assert two_nodes.nodes_alive() == 2
     done = fit(tmp_path, "cluster", two_nodes.address, method, *ON_THE_CLUSTER)
     died = [line for line in done.stderr.splitlines() if "worker died" in line]
     assert died and all("round 2" in line for line in died)  # the client in flight on the lost node, retried elsewhere
     assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
     # the second node really went away: Ray's control service marks it dead some time after its raylet died (its
-    # health checks must fail first), so one probe right after the run can still count it; wait for the change
-    waited, seen = wait_for_nodes_alive(two_nodes.address, 1, deadline_s=NODE_DEATH_DEADLINE_S)
-    assert seen[-1] == 1, f"the cluster still counted {seen[-1]} nodes alive after {waited:.0f} s (probes saw {seen})"
-    # the cluster as the module's other tests expect it, whatever their order (a random order once ran the two-node
-    # test after this one, against one node)
-    two_nodes.start_second_node()
-    waited, seen = wait_for_nodes_alive(two_nodes.address, 2, deadline_s=NODE_DEATH_DEADLINE_S)
-    assert seen[-1] == 2, f"the second node did not come back within {waited:.0f} s (probes saw {seen})"
+    # health checks must fail first), so one count right after the run can still include it; wait for the change
+    # (the `two_nodes` fixture starts it again for a later test: a random order once ran the two-node test after
+    # this one, against one node)
+    waited, seen = wait_for_nodes_alive(two_nodes, 1, deadline_s=NODE_DEATH_DEADLINE_S)
+    assert seen[-1] == 1, f"the cluster still counted {seen[-1]} nodes alive after {waited:.0f} s (counts seen: {seen})"
