@@ -138,7 +138,8 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
-    """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one thread."""
+    """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one thread.
+    Two variants of one seed: the study fills the feature cache once per seed, in a process of its own."""
     cpus = set(sorted(os.sched_getaffinity(0))[:2])
     cfg = {
         "name": "threads",
@@ -158,10 +159,11 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
         "--base",
         str(base),
         "--variant",
-        "base=",
+        "a=",
+        "--variant",
+        "b=",
         "--seeds",
         "0",
-        "1",
         "--workers",
         "2",
         "--runs",
@@ -169,8 +171,8 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     ]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     assert done.returncode == 0, done.stdout + done.stderr
-    for seed in (0, 1):
-        threads = json.loads((tmp_path / "runs" / "t" / "base" / f"seed{seed}" / "environment.json").read_text())["threads"]
+    for variant in ("a", "b"):
+        threads = json.loads((tmp_path / "runs" / "t" / variant / "seed0" / "environment.json").read_text())["threads"]
         assert threads["intra_op"] == 1, threads
         assert threads["source"].endswith(f" GFLOP per step, {len(cpus)} cores, 1 spare, 2 parallel)"), threads
 
@@ -266,13 +268,14 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
 
 
 @pytest.mark.slow
-def test_ray_workers_get_their_share_of_the_cpus(no_local_ray):
+def test_ray_workers_get_their_share_of_the_cpus(local_ray):
     """RayExecutor's "auto": a worker whose steps are large (a CNN at a batch of 1024: 0.66 GFLOP) uses all the
     CPUs Ray reserved for it (cpus_per_client; no spare core), a worker of a head on feature vectors one thread; an
-    explicit count is used as is."""
-    import ray
-
+    explicit count is used as is; a worker handed to another run (keep_workers) is set for that run's environment.
+    On the process's local Ray (2 CPUs; the idle workers of earlier tests released for their CPUs): a worker of 2
+    CPUs, then one of 1 CPU."""
     from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
+    from flsuite.federation import ray_workers
     from flsuite.federation.local.client import ClientEnvironment
     from flsuite.federation.ray_workers import ClientWorker
     from flsuite.federation.task import LocalTraining
@@ -280,6 +283,16 @@ def test_ray_workers_get_their_share_of_the_cpus(no_local_ray):
     from flsuite.models.heads import Linear, SmallCNN
 
     class Probe(ClientWorker):
+        """A worker that reports its torch threads. Workers inherit the environment of the process that started the
+        local Ray, here pytest-xdist's share of the cores in OMP_NUM_THREADS (tests/conftest.py), which caps "auto";
+        a user's worker has Ray's value instead (set when none is inherited): the CPUs it reserved."""
+
+        def __init__(self, env, torch_threads) -> None:
+            import ray
+
+            os.environ["OMP_NUM_THREADS"] = str(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+            super().__init__(env, torch_threads)
+
         def threads(self) -> int:
             return torch.get_num_threads()
 
@@ -287,13 +300,24 @@ def test_ray_workers_get_their_share_of_the_cpus(no_local_ray):
     images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), FedAvg(), big_batch, 0)
     assert images.step_flops() >= 2 * FLOPS_PER_THREAD
     features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), FedAvg(), LocalTraining(), 0)
-    ray.init(num_cpus=6, include_dashboard=False)
+    ray = local_ray
+    ray_workers.release_idle_workers()
+
+    def threads(worker, configure=None) -> int:
+        if configure is not None:
+            ray.get(worker.configure.remote(*configure))
+        return ray.get(worker.threads.remote())
+
+    two = ray.remote(Probe).options(num_cpus=2).remote(features, "auto")
     try:
-        cases = [(images, 2, "auto", 2), (images, 1, "auto", 1), (features, 2, "auto", 1), (features, 1, 3, 3)]
-        workers = [ray.remote(Probe).options(num_cpus=cpus).remote(env, torch_threads) for env, cpus, torch_threads, _ in cases]
-        assert ray.get([w.threads.remote() for w in workers]) == [expected for *_, expected in cases]
-        # a worker handed to another run (keep_workers) is configured for that run's environment
-        ray.get([workers[2].configure.remote(images, "auto"), workers[0].configure.remote(features, "auto")])
-        assert ray.get([workers[2].threads.remote(), workers[0].threads.remote()]) == [2, 1]
+        assert threads(two) == 1  # a head on feature vectors: one thread
+        assert threads(two, (images, "auto")) == 2  # handed to a run of large steps: both CPUs, no spare
+        assert threads(two, (features, "auto")) == 1  # and back
+        assert threads(two, (features, 3)) == 3  # an explicit count, as is
     finally:
-        ray.shutdown()
+        ray.kill(two, no_restart=True)
+    one = ray.remote(Probe).options(num_cpus=1).remote(images, "auto")  # scheduled once the first one's CPUs are free
+    try:
+        assert threads(one) == 1  # large steps, one CPU reserved: one thread
+    finally:
+        ray.kill(one, no_restart=True)
