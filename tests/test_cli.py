@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.method import ClientModule
+from flsuite.methods.fedavg import FedAvg
 from tests.helpers import SMALL_CONFIG, run_cli, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,27 +128,46 @@ def test_quickstart_config_parses():
     assert fed.rounds >= 10 and len(fed.data.build(fed.seed).clients) == 8
 
 
+#: Set in the environment of the `flsuite fit` process that gets killed: seconds each of its client fits waits first.
+PACE = "FLSUITE_TEST_CLIENT_PACE_S"
+
+
+class Paced(ClientModule):
+    """A client that waits `PACE` seconds before its fit where its process's environment says so: the killed run is
+    slow enough to be killed in the middle whatever the machine's speed; the runs of the test's own process are not."""
+
+    def begin(self) -> None:
+        time.sleep(float(os.environ.get(PACE, "0")))
+
+
+class PacedFedAvg(FedAvg):
+    client_module = Paced
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
-    """A real kill -9 of `flsuite fit` mid-run, then `--resume <run folder>`: the same metrics as a full run."""
-    rounds = 40
+def test_resume_after_sigkill_equals_uninterrupted(tmp_path, capsys):
+    """A real kill -9 of `flsuite fit` mid-run, then `--resume <run folder>`: the same metrics as a full run. Only the
+    killed run needs a process of its own; the full run and the resume are `flsuite fit` in this process."""
+    rounds = 12
     cfg = {
         **SMALL,
         "rounds": rounds,
         "data": {**SMALL["data"], "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True}},
+        "method": {"class_path": f"{__name__}.PacedFedAvg"},
         "sampling": {"fraction": 0.5},
         "local": {"epochs": 2, "batch_size": 8, "lr": 0.05},
     }
     config = write_config(tmp_path / "run.yaml", cfg)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cli = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config)]
-    subprocess.run([*cli, "--run_dir", str(tmp_path / "full")], check=True, env=env, capture_output=True)
+    code, _, err = run_cli(["fit", "--config", str(config), "--run_dir", str(tmp_path / "full")], capsys)
+    assert code == 0, err
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([*cli, "--run_dir", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), PACE: "0.2"}  # 3 clients a round: 0.6 s or more per round
+    cli = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config), "--run_dir", str(killed)]
+    proc = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = killed / "checkpoints" / "last.pt"
     deadline = time.time() + 120
-    while time.time() < deadline:
+    while time.time() < deadline and proc.poll() is None:
         if ckpt.is_file() and load_checkpoint(killed).round >= 2:
             break
         time.sleep(0.05)
@@ -155,7 +176,8 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     done = load_checkpoint(killed).round
     assert 2 <= done < rounds, f"the kill came too late to test anything (round {done})"
 
-    subprocess.run([*cli, "--resume", str(killed)], check=True, env=env, capture_output=True)
+    code, _, err = run_cli(["fit", "--config", str(config), "--resume", str(killed)], capsys)
+    assert code == 0, err
     assert (killed / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
 
 
