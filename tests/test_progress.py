@@ -106,8 +106,10 @@ PROBE = textwrap.dedent("""
     from flsuite.models.heads import Linear
 
     torch.set_num_threads(1)
-    data = GaussianFeatures(dim=4, num_classes=2, num_domains=1, clients_per_domain=1, samples_per_client=32).build(0)
-    env = ClientEnvironment(data, Linear(), FedAvg(), LocalTraining(epochs=1, batch_size=4, loop="compiled"), seed=0)
+    # two batches: an eager first step, then one compiled forward-and-backward (Adam: no scanned steps, the
+    # smallest graph the compiled loop compiles)
+    data = GaussianFeatures(dim=4, num_classes=2, num_domains=1, clients_per_domain=1, samples_per_client=8).build(0)
+    env = ClientEnvironment(data, Linear(), FedAvg(), LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam"), seed=0)
     weights = env.build_model().state_dict()
     run_client(env, ClientTask(1, 0, 1, weights))
     print("fit done")
