@@ -208,21 +208,28 @@ def test_trials_report_per_round_values_and_a_pruned_trial_is_stopped(tmp_path: 
     assert "| COMPLETE | 18 | 1 |" in (tmp_path / "out" / "trials.md").read_text()
 
 
-def completed(db: Path) -> list[int]:
+def trials_in(db: Path, state: str) -> list[int]:
+    """The numbers of the study's trials in `state` ("COMPLETE", "RUNNING", ...), read from its SQLite file."""
     if not db.is_file():
         return []
     try:
         with sqlite3.connect(db, timeout=1) as con:
-            return [n for (n,) in con.execute("SELECT number FROM trials WHERE state = 'COMPLETE'")]
+            return [n for (n,) in con.execute("SELECT number FROM trials WHERE state = ?", (state,))]
     except sqlite3.OperationalError:  # tables not created yet, or locked
         return []
 
 
+def completed(db: Path) -> list[int]:
+    return trials_in(db, "COMPLETE")
+
+
 @pytest.mark.slow
 def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kill(tmp_path: Path, fit_parser):
-    """2 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill after the first, rerun, check. Each trial
-    is a `flsuite fit` process (seconds of imports): the resumed sweep's grid draws with re-queued and new trials side
-    by side are tested on a stand-in program below (`test_a_trial_killed_before_or_after_sampling_...`)."""
+    """2 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill once the first has finished and the second
+    has begun (the sweep creates it right after; a kill before that interrupted nothing, and the retry went untested),
+    rerun, check. Each trial is a `flsuite fit` process (seconds of imports): the resumed sweep's grid draws with
+    re-queued and new trials side by side are tested on a stand-in program below
+    (`test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point`)."""
     out = tmp_path / "sweep"
     argv = ["sweeps/fedprox_mu.yaml", "--trials", "2", "--out", str(out), "--", "--rounds=1", "--local.epochs=1", "--wandb.enabled=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
@@ -230,12 +237,12 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
         [sys.executable, "-m", "flsuite.cli", "sweep", *argv], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.time() + 120
-    while not completed(out / "study.db") and time.time() < deadline and proc.poll() is None:
+    while not (completed(out / "study.db") and trials_in(out / "study.db", "RUNNING")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running trial
     proc.wait()
     first = completed(out / "study.db")
-    assert len(first) >= 1, "no trial completed before the kill"
+    assert len(first) == 1 and trials_in(out / "study.db", "RUNNING"), "the kill did not come between the trials"
     stamps = {n: (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns for n in first}
 
     cwd = os.getcwd()
@@ -250,15 +257,14 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     assert len({t.params["method.init_args.mu"] for t in done}) == 2  # no grid point done twice
     for n in first:  # finished trials were not redone
         assert (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns == stamps[n]
-    for t in study.trials:
-        if t.state.name == "FAIL":  # the trial the kill interrupted, retried with the same parameters
-            assert t.user_attrs.get("interrupted")
-            retries = [r for r in done if r.user_attrs.get("retry_of") == t.number]
-            assert len(retries) == 1 and t.params.items() <= retries[0].params.items()
-            if "grid_id" in t.system_attrs:  # its grid point was drawn (its params may still be empty): it carries over
-                assert retries[0].system_attrs["grid_id"] == t.system_attrs["grid_id"]
-            # else the kill came between the trial's creation and its draw: the retry draws a free point (the three
-            # distinct values above show none was done twice or lost)
+    (t,) = [t for t in study.trials if t.state.name == "FAIL"]  # the trial the kill interrupted, retried with its parameters
+    assert t.user_attrs.get("interrupted")
+    retries = [r for r in done if r.user_attrs.get("retry_of") == t.number]
+    assert len(retries) == 1 and t.params.items() <= retries[0].params.items()
+    if "grid_id" in t.system_attrs:  # its grid point was drawn (its params may still be empty): it carries over
+        assert retries[0].system_attrs["grid_id"] == t.system_attrs["grid_id"]
+    # else the kill came between the trial's creation and its draw: the retry draws a free point (the distinct values
+    # above show none was done twice or lost)
     best = max(done, key=lambda t: t.value)
     summary = json.loads((Path(best.user_attrs["run_dir"]) / "summary.json").read_text())
     assert study.best_trial.number == best.number and best.value == summary["last5/acc_mean"]
