@@ -284,12 +284,15 @@ def test_ray_workers_get_their_share_of_the_cpus(local_ray):
 
     class Probe(ClientWorker):
         """A worker that reports its torch threads. Workers inherit the environment of the process that started the
-        local Ray, here pytest-xdist's share of the cores in OMP_NUM_THREADS (tests/conftest.py), which caps "auto";
-        a user's worker has Ray's value instead (set when none is inherited): the CPUs it reserved."""
+        local Ray, under pytest-xdist tests/conftest.py's FLSUITE_PARALLEL and OMP_NUM_THREADS (each xdist worker's
+        share of the cores), which the thread policy reads (this test's `clean_env` clears them in this process only).
+        A user's worker has neither: Ray sets OMP_NUM_THREADS to the CPUs it reserved when none is inherited."""
 
         def __init__(self, env, torch_threads) -> None:
             import ray
 
+            for name in (THREADS_ENV, PARALLEL_ENV):
+                os.environ.pop(name, None)
             os.environ["OMP_NUM_THREADS"] = str(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
             super().__init__(env, torch_threads)
 
