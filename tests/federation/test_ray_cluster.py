@@ -67,9 +67,10 @@ def processes_naming(text: str) -> list[int]:
     return pids
 
 
-def stop_processes_naming(text: str, grace_s: float = 3.0, deadline_s: float = 15.0) -> None:
+def stop_processes_naming(text: str, grace_s: float = 1.0, deadline_s: float = 15.0) -> None:
     """SIGTERM every process whose command line contains `text`, then SIGKILL what is left after `grace_s` (Ray's
-    autoscaler monitor outlives a SIGTERM once the control service is gone), and wait up to `deadline_s` for them."""
+    autoscaler monitor never leaves on a SIGTERM, the control service and raylets signalled together seldom within
+    seconds), and wait up to `deadline_s` for them to be gone."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, deadline_s)):
         for pid in processes_naming(text):
             with contextlib.suppress(ProcessLookupError):
@@ -127,7 +128,7 @@ class NodeCounter:
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
