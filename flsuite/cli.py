@@ -167,9 +167,43 @@ def check_resume(resume: Path, config_yaml: str) -> None:
     check_resume_config(old, config_yaml, resume, defaults=option_defaults)
 
 
+def fit_federation(parser: ArgumentParser, cfg: Namespace, config_yaml: str) -> Federation:
+    """The run's Federation. When the feature cache's index holds its data as already embedded and unchanged
+    (`flsuite.data.cache_index`: the same entry `flsuite features` answers from, with the pools it read), its data
+    source is built without its encoder and serves the build from the cache files (`Benchmark.use_index`): no image
+    decoded, no encoder built; the log says so. Anything changed is a miss: the build runs as before."""
+    start = time.perf_counter()
+    resolved = yaml.safe_load(config_yaml) or {}
+    cache_dir = cache_index.resolved_cache_dir(resolved) if isinstance(resolved.get("data"), dict) else None
+    hit = cache_index.lookup(cache_dir, cache_index.request_key(resolved)) if cache_dir is not None else None
+    if cache_dir is None or hit is None or not hit.pools:
+        if cache_dir is not None and (resolved["data"].get("init_args") or {}).get("encoder") is not None:
+            log.info("feature cache index: no unchanged entry for this data in %s; building it (the cache serves what it holds)", cache_dir)
+        return build_federation(parser, cfg)
+    lean = cfg.clone()
+    if "data.init_args.encoder" in lean:
+        lean["data.init_args.encoder"] = None  # built only should the index prove stale
+    federation = build_federation(parser, lean)
+
+    def encoder() -> Any:
+        data: Any = build_federation(parser, cfg).data
+        return data.encoder
+
+    use_index = getattr(federation.data, "use_index", None)
+    if use_index is None or not use_index(hit.pools, encoder=encoder):
+        return build_federation(parser, cfg)
+    log.info(
+        "already embedded (feature cache index): %s images, %s, decided in %.2f s; building the data from the cache files (no image decoded, no encoder built)",
+        f"{hit.images:,}",
+        hit.cache_dir,
+        time.perf_counter() - start,
+    )
+    return federation
+
+
 def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
-    federation = build_federation(parser, cfg)
     config_yaml = resolved_config_yaml(parser, cfg)
+    federation = fit_federation(parser, cfg, config_yaml)
     if cfg.resume is not None:
         check_resume(cfg.resume, config_yaml)
     with sigint_raises_run_interrupted():
@@ -206,8 +240,8 @@ def run_features(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str] = (
         "samples_per_s": round((n_train + n_test + n_val) / max(seconds, 1e-9), 1),
     }
     print(json.dumps(report, indent=2))
-    if cache_dir is not None and used and (folders := init.data.source_folders()) is not None:
-        cache_index.record(cache_dir, keys, sum(rows for _, rows in used), report, folders, [path for path, _ in used])
+    if cache_dir is not None and used.caches and (folders := init.data.source_folders()) is not None:
+        cache_index.record(cache_dir, keys, sum(rows for _, rows in used.caches), report, folders, [path for path, _ in used.caches], used.pools)
     return report
 
 

@@ -21,13 +21,16 @@ a frozen encoder (features cached on disk) → a `FederatedData` whose clients h
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from flsuite.data import cache_index
 from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
 from flsuite.data.partition import (
     DomainSkew,
@@ -49,13 +52,49 @@ log = logging.getLogger(__name__)
 FOLDER_SUITES = frozenset({"office_caltech10", "pacs", "office_home", "domainnet"})
 
 
+class StaleIndexError(DataError):
+    """A pool the cache's index named is not in the cache file as recorded (the build then runs as without the index)."""
+
+
+class IndexedPool:
+    """A pool known from the feature cache's index (`flsuite.data.cache_index`): its labels, class names and cache file,
+    no images. `features(rows)` reads the rows' embeddings from the cache file, as `extract_features` serves them."""
+
+    def __init__(self, name: str, entry: dict) -> None:
+        self.name, self.cache = name, Path(entry["cache"])
+        self.y = torch.tensor(entry["labels"], dtype=torch.int64)
+        self.classes: tuple[str, ...] = tuple(entry["classes"])
+        if len(self.y) != entry["size"]:
+            raise StaleIndexError(f"the cache index's pool {name} has {len(self.y)} labels for {entry['size']} images")
+        self._features: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def features(self, rows: np.ndarray) -> torch.Tensor:
+        index = torch.as_tensor(np.asarray(rows), dtype=torch.long)
+        if self._features is None:
+            try:
+                payload = torch.load(self.cache, map_location="cpu", weights_only=True)
+                features, done = payload["features"], payload["done"]
+            except Exception as err:  # noqa: BLE001 - any unreadable file: the build runs as without the index
+                raise StaleIndexError(f"the cache file {self.cache} of pool {self.name} is unreadable ({err})") from None
+            if not (isinstance(features, torch.Tensor) and features.dtype == torch.float32 and features.shape[0] == len(self)):
+                raise StaleIndexError(f"the cache file {self.cache} does not hold pool {self.name}'s {len(self)} float32 rows")
+            if not bool(done[index].all()):
+                raise StaleIndexError(f"the cache file {self.cache} lacks rows of pool {self.name}")
+            self._features = features
+        return self._features[index]
+
+
 @dataclass
 class DomainData:
-    """One domain's image pools and which of their rows form its training and test splits (disjoint)."""
+    """One domain's image pools and which of their rows form its training and test splits (disjoint); an
+    `IndexedPool` where the data comes from the feature cache's index (`Benchmark.use_index`)."""
 
-    train_pool: ImageArrays
+    train_pool: ImageArrays | IndexedPool
     train_rows: np.ndarray
-    test_pool: ImageArrays
+    test_pool: ImageArrays | IndexedPool
     test_rows: np.ndarray
     pools: tuple[str, str]  # the pools' names in cache keys: ("train", "test") or ("all", "all")
 
@@ -153,8 +192,34 @@ class Benchmark(DataSource):
         self.encoder, self.cache_dir, self.image_size, self.channels = encoder, cache_dir, image_size, channels
         self.test_fraction, self.max_test_per_domain, self.download = test_fraction, max_test_per_domain, download
         self.max_train_per_domain = max_train_per_domain
-        self.usps_mat, self.syn_samples, self.batch_size = usps_mat, tuple(syn_samples), batch_size
+        self.usps_mat, self.syn_samples, self.batch_size = usps_mat, cast(tuple[int, int], tuple(syn_samples)), batch_size
         self.skip_unreadable = skip_unreadable
+        self._indexed: dict[str, dict] | None = None  # pools of a cache-index hit (`use_index`)
+        self._encoder_factory: Callable[[], FrozenEncoder] | None = None
+
+    def use_index(self, pools: dict[str, dict], encoder: Callable[[], FrozenEncoder] | None = None) -> bool:
+        """Build from the feature cache's index (a hit's `pools`): labels and cache files, no image decoded, no
+        embedding computed. `encoder` builds the encoder (left unbuilt by the caller) should the index prove stale
+        (a cache file that lacks a row): the build then runs as without the index. False when this benchmark does not
+        embed into a cache (nothing to serve)."""
+        if self.cache_dir is None or (self.encoder is None and encoder is None):
+            return False
+        self._indexed, self._encoder_factory = dict(pools), encoder
+        return True
+
+    def _pool_name(self, domain: str, pool: str) -> str:
+        """A pool's name in the cache's index: which images (suite, domain, pool, image size, folder) it holds."""
+        return f"{self.suite}/{domain}/{pool}/{self.image_size}/{data_path(self.root)}"
+
+    def _indexed_domain(self, domain: str) -> tuple[IndexedPool, IndexedPool | None]:
+        """A domain's (train, official test or None) pools from the index, as its loader would return them."""
+        pools = self._indexed or {}
+        names = [self._pool_name(domain, p) for p in ("all", "train", "test")]
+        if names[0] in pools:
+            return IndexedPool(names[0], pools[names[0]]), None
+        if names[1] in pools and names[2] in pools:
+            return IndexedPool(names[1], pools[names[1]]), IndexedPool(names[2], pools[names[2]])
+        raise StaleIndexError(f"the cache index holds no pool of domain {domain!r}")
 
     # ------------------------------------------------------------------------------------------------------------
     def load_domains(self, seed: int) -> dict[str, DomainData]:
@@ -163,7 +228,7 @@ class Benchmark(DataSource):
         ctx = LoadContext(data_path(self.root), self.download, seed, self.image_size, usps_mat, self.syn_samples, self.skip_unreadable)
         out: dict[str, DomainData] = {}
         for domain in self.domains:
-            train, test = SUITES[self.suite][domain](ctx)
+            train, test = self._indexed_domain(domain) if self._indexed is not None else SUITES[self.suite][domain](ctx)
             if test is None:
                 train_rows, test_rows = train_test_split_indices(len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}"))
                 data = DomainData(train, train_rows, train, test_rows, pools=("all", "all"))
@@ -182,9 +247,12 @@ class Benchmark(DataSource):
                 )
         return out
 
-    def _split(self, pool: ImageArrays, rows: np.ndarray, domain: str, pool_name: str) -> Split:
-        """The rows of a pool as model inputs: pixels, or embeddings (cached per pool, so any subset reuses them)."""
+    def _split(self, pool: ImageArrays | IndexedPool, rows: np.ndarray, domain: str, pool_name: str) -> Split:
+        """The rows of a pool as model inputs: pixels, or embeddings (cached per pool, so any subset reuses them; an
+        indexed pool's straight from its cache file)."""
         labels = pool.y[torch.as_tensor(rows, dtype=torch.long)]
+        if isinstance(pool, IndexedPool):
+            return Split(pool.features(rows), labels)
         if self.encoder is None:
             return Split(to_pixels(pool.subset(rows), self.image_size, self.channels), labels)
         from flsuite.data.feature_cache import extract_features
@@ -192,6 +260,8 @@ class Benchmark(DataSource):
         key = {"suite": self.suite, "domain": domain, "pool": pool_name, "image_size": str(self.image_size)}
         cache_dir = cache_path(self.cache_dir) if self.cache_dir is not None else None
         x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=cache_dir, dataset_key=key)
+        if cache_dir is not None and cache_index.recording_active():
+            cache_index.note_pool(self._pool_name(domain, pool_name), pool.y.tolist(), pool.classes)
         return Split(x, labels)
 
     def source_folders(self) -> list[Path] | None:
@@ -213,7 +283,18 @@ class Benchmark(DataSource):
         return self._split(data.train_pool, rows, domain, data.pools[0])
 
     def build(self, seed: int) -> FederatedData:
-        if self.encoder is not None and self.cache_dir is not None:
+        if self._indexed is not None:
+            try:
+                return self._build(seed)
+            except StaleIndexError as err:
+                log.warning("%s: building the data as without the cache index", err)
+                self._indexed = None
+                if self.encoder is None and self._encoder_factory is not None:
+                    self.encoder = self._encoder_factory()
+        return self._build(seed)
+
+    def _build(self, seed: int) -> FederatedData:
+        if self.encoder is not None and self.cache_dir is not None and self._indexed is None:
             from flsuite.data.feature_cache import check_cache_dir
 
             check_cache_dir(cache_path(self.cache_dir))  # before any image is read or embedded

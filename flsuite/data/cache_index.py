@@ -17,6 +17,11 @@ installed, a cache file rewritten by another seed's run) is a miss: the build ru
 cache's own key (image bytes, encoder weights) says changed, and records a new entry. Sources that cannot name their
 input folders (downloads, data shipped in packages) are never indexed. The index trusts mtimes, as make does: a file
 rewritten with the same size and mtime is not noticed.
+
+An entry also holds, for a `Benchmark` that embedded, each image pool it read (`pools`: the pool's cache file, size,
+labels and class names), so that `flsuite fit` on a hit builds its data from the cache files alone
+(`Benchmark.use_index`): no image decoded, no encoder built; the partition, the splits and the features are the
+build's own, bit for bit (the index does not store rows: they are recomputed from the labels and the seed as before).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +46,12 @@ from flsuite.paths import CACHE_ENV, DATA_ENV, cache_path, code_fingerprint
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "IndexEntry",
+    "Recording",
     "command_line_cache_dir",
     "command_line_key",
     "lookup",
     "lookup_command_line",
+    "note_pool",
     "record",
     "recording",
     "request_key",
@@ -55,7 +62,17 @@ INDEX_FORMAT = "1"
 #: `Benchmark`'s default `cache_dir` (what a command line that sets none uses; a test checks they agree).
 DEFAULT_CACHE_DIR = ".cache/features"
 
-_USED: contextvars.ContextVar[list[tuple[Path, int]] | None] = contextvars.ContextVar("feature_cache_used", default=None)
+
+@dataclass
+class Recording:
+    """What a build served from the feature cache (`recording`): (cache file, rows served) per cached
+    `extract_features` call, and each `Benchmark` pool by name (`note_pool`)."""
+
+    caches: list[tuple[Path, int]] = field(default_factory=list)
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+_USED: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("feature_cache_used", default=None)
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,9 @@ class IndexEntry:
     folders: list[dict[str, Any]]
     caches: list[dict[str, Any]]
     format: str = INDEX_FORMAT
+    #: name -> {"cache", "size", "labels", "classes"} of each Benchmark pool the build read (`note_pool`); empty for
+    #: entries written before pools were recorded (they answer `flsuite features`, not `flsuite fit`).
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def answer(self, start: float) -> dict[str, Any]:
         """`flsuite features`' answer from the index: "already embedded: N images, <cache>" on stderr, the recorded
@@ -186,9 +206,17 @@ def lookup(cache_dir: Path, key: str) -> IndexEntry | None:
     return entry
 
 
-def record(cache_dir: Path, keys: Sequence[str], images: int, report: Mapping[str, Any], folders: Sequence[Path], caches: Sequence[Path]) -> IndexEntry | None:
+def record(
+    cache_dir: Path,
+    keys: Sequence[str],
+    images: int,
+    report: Mapping[str, Any],
+    folders: Sequence[Path],
+    caches: Sequence[Path],
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
+) -> IndexEntry | None:
     """Write the entry of a finished build under every key (atomically); a file that cannot be read (a dangling link)
-    or a folder that cannot be written leaves the build unindexed (None)."""
+    or a folder that cannot be written leaves the build unindexed (None). `pools`: the build's `Recording.pools`."""
     try:
         entry = IndexEntry(
             images=images,
@@ -197,6 +225,7 @@ def record(cache_dir: Path, keys: Sequence[str], images: int, report: Mapping[st
             code=code_fingerprint(),
             folders=[folder_state(f) for f in folders],
             caches=[_file_state(Path(c).resolve()) for c in dict.fromkeys(caches)],
+            pools={name: dict(pool) for name, pool in (pools or {}).items()},
         )
     except OSError:
         return None
@@ -217,9 +246,10 @@ def rewrite(cache_dir: Path, keys: Sequence[str], entry: IndexEntry) -> IndexEnt
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[list[tuple[Path, int]]]:
-    """Collect (cache file, rows served) for every cached `extract_features` call in the block (`note_used`)."""
-    used: list[tuple[Path, int]] = []
+def recording() -> Iterator[Recording]:
+    """Collect what every cached `extract_features` call (`note_used`) and every `Benchmark` pool (`note_pool`) in the
+    block served."""
+    used = Recording()
     token = _USED.set(used)
     try:
         yield used
@@ -231,4 +261,18 @@ def note_used(path: Path, rows: int) -> None:
     """Called by `extract_features` after it served `rows` rows from (or into) the cache file `path`."""
     used = _USED.get()
     if used is not None:
-        used.append((path, rows))
+        used.caches.append((path, rows))
+
+
+def recording_active() -> bool:
+    """Whether a `recording` block is open (a caller can skip gathering what `note_pool` would only drop)."""
+    return _USED.get() is not None
+
+
+def note_pool(name: str, labels: Sequence[int], classes: Sequence[str]) -> None:
+    """Called by `Benchmark` right after `extract_features` served rows of the pool `name` (whole-pool `labels` and
+    `classes`): the pool is the cache file that call noted last."""
+    used = _USED.get()
+    if used is not None and used.caches:
+        path = Path(used.caches[-1][0]).resolve()
+        used.pools[name] = {"cache": str(path), "size": len(labels), "labels": [int(v) for v in labels], "classes": list(classes)}
