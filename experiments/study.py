@@ -14,7 +14,11 @@ written and logged) and its environment.json records the code this study runs (p
 identical uncommitted changes, if any). Then a finished run is reused and a killed one continued (`--resume`), so a
 killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and
 the run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted first, one seed at a time (`flsuite features`), so parallel
-workers only read the cache. Workers run with one torch thread each. The table is `flsuite compare`'s (flsuite/compare/)
+workers only read the cache. Workers run with one torch thread each. The runs run in `--workers` warm processes
+(`flsuite.pool.WarmPool`: each imports torch, Lightning and flsuite once, while the features are extracted, and then
+runs up to `--runs_per_worker` runs, each as `flsuite fit` would in a fresh process: its own environment, log, seed
+streams, thread policy, run folder and W&B run); a run whose worker dies fails alone (exit 137, the worker replaced).
+`--fresh_processes` runs every run as a `flsuite fit` process of its own instead (as before the pool). The table is `flsuite compare`'s (flsuite/compare/)
 with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
 domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
 Extra `flsuite fit` flags for every run can follow `--`; a study whose finished runs were given other flags (read from
@@ -58,6 +62,7 @@ import numpy as np
 import yaml
 
 from flsuite import compare
+from flsuite.pool import KILLED, WarmPool
 from flsuite.records import VAL_PREFIX
 
 
@@ -148,15 +153,25 @@ def check_same_flags(runs: Path, extra: list[str]) -> None:
             )
 
 
-def run(cmd: list[str], log: Path, parallel: int = 1) -> int:
-    """Run `cmd` with its output in `log`. `parallel`: how many such processes run side by side; it goes to the run
-    as FLSUITE_PARALLEL, so the thread policy (flsuite.runtime.ThreadPolicy) gives each its share of the cores
-    instead of every run spinning threads on all of them. An OMP_NUM_THREADS or FLSUITE_THREADS of the caller passes
-    through unchanged."""
-    env = {**os.environ, "FLSUITE_PARALLEL": str(parallel), "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+def run_env(parallel: int = 1) -> dict[str, str]:
+    """A run's environment: this process's, with `parallel` (how many runs run side by side) as FLSUITE_PARALLEL, so
+    the thread policy (flsuite.runtime.ThreadPolicy) gives each its share of the cores instead of every run spinning
+    threads on all of them. An OMP_NUM_THREADS or FLSUITE_THREADS of the caller passes through unchanged."""
+    return {**os.environ, "FLSUITE_PARALLEL": str(parallel), "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+
+
+def run(cmd: list[str], log: Path, parallel: int = 1, pool: WarmPool | None = None) -> int:
+    """Run `cmd` with its output in `log` and the environment `run_env(parallel)`: a process of its own, or with `pool`
+    (`cmd` a `fit_command`) in one of its warm workers, as `flsuite fit` with the same arguments."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    if pool is not None and cmd[1:4] == ["-m", "flsuite.cli", "fit"]:
+        code = pool.run(cmd[4:], str(log), run_env(parallel))
+        if code == KILLED:
+            with open(log, "a") as f:
+                f.write(f"\nstudy.py: the worker running this run died (killed, out of memory or a crash); exit {KILLED}\n")
+        return code
     with open(log, "w") as f:
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=run_env(parallel)).returncode
 
 
 def comparison(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> compare.Comparison:
@@ -237,6 +252,8 @@ def main() -> None:
     ap.add_argument("--variant", action="append", required=True, help='"Label=overlay.yaml[,more.yaml]" (empty = the base alone)')
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs_per_worker", type=int, default=50, help="runs a warm worker process runs before it is replaced (see above)")
+    ap.add_argument("--fresh_processes", action="store_true", help="run every run as a flsuite fit process of its own (no warm workers)")
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here")
@@ -257,9 +274,15 @@ def main() -> None:
     if args.select_on and (none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]):
         sys.exit(f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)")
 
+    if args.workers < 1 or args.runs_per_worker < 1:
+        sys.exit(f"--workers and --runs_per_worker must be >= 1, got {args.workers} and {args.runs_per_worker}")
+    # The warm workers start now: their imports overlap the feature extraction below.
+    warm = None if args.fresh_processes else WarmPool(args.workers, args.runs_per_worker)
     for seed in args.seeds:  # fill the feature cache once per seed before parallel runs
         cmd = [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.base), "--seed", str(seed), *extra]
         if run(cmd, runs / f"features-seed{seed}.log") != 0:
+            if warm is not None:
+                warm.close()
             sys.exit(f"feature extraction failed: see {runs / f'features-seed{seed}.log'}")
 
     select_seeds = args.select_seeds or args.seeds
@@ -294,14 +317,19 @@ def main() -> None:
             fit_command(args.base, overlay, seed, run_dir, extra, group),
             runs / slug(label) / f"seed{seed}.log",
             parallel=args.workers,
+            pool=warm,
         )
         print(f"{label} seed {seed}: exit {code}", flush=True)
         return label, seed, code
 
-    with ThreadPoolExecutor(args.workers) as pool:
-        failed = [r for r in pool.map(job, jobs) if r[2] != 0]
-        if args.select_on and (rest := [s for s in args.seeds if s not in grid_seeds]):  # the chosen variants on the other seeds
-            failed += [r for r in pool.map(job, pending(select(variants, grid_seeds, runs)[0], rest)) if r[2] != 0]
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            failed = [r for r in pool.map(job, jobs) if r[2] != 0]
+            if args.select_on and (rest := [s for s in args.seeds if s not in grid_seeds]):  # the chosen variants on the other seeds
+                failed += [r for r in pool.map(job, pending(select(variants, grid_seeds, runs)[0], rest)) if r[2] != 0]
+    finally:
+        if warm is not None:
+            warm.close()
     command = args.command or "python experiments/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = table(args.name, variants, args.seeds, runs, command, args.select_on, select_seeds)
     print(text)

@@ -168,7 +168,7 @@ def keys_naming_a_path(cfg: Namespace, message: str) -> list[str]:
     for key, value in flatten(cfg[cfg.command].as_dict()).items():
         if key == "config" or not isinstance(value, (str, os.PathLike)) or not str(value).strip():
             continue
-        if os.sep in str(value) and (str(value) in message or str(data_path(value)) in message):
+        if os.sep in str(value) and (str(value) in message or str(data_path(os.fspath(value))) in message):
             found.append(key)
     return found
 

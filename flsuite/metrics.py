@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import SupportsFloat, cast
 
 import numpy as np
 import torch
@@ -52,7 +53,8 @@ def accuracy(model: nn.Module, split: Split, num_classes: int, batch_size: int =
         metric.update(model(x).argmax(dim=1), split.y[i : i + batch_size].to(device))
     model.train(was_training)
     # Exact ratio from the metric's integer counts (its float32 `compute()` would add rounding noise).
-    correct, total = int(metric.tp.sum()), int((metric.tp + metric.fn).sum())
+    tp, fn = cast(torch.Tensor, metric.tp), cast(torch.Tensor, metric.fn)
+    correct, total = int(tp.sum()), int((tp + fn).sum())
     return 100.0 * correct / total
 
 
@@ -130,6 +132,11 @@ def _last_k_means(tail: Sequence[Mapping[str, object]], prefix: str, keys: Seque
     return out
 
 
+def _number(value: object) -> float:
+    """A summary value (a JSON number, or a numeric string) as a float."""
+    return float(cast("SupportsFloat | str", value))
+
+
 def domain_table(summary: Mapping[str, object], domains: Sequence[str], last_k: int = 5) -> str:
     """A Markdown table: one row per statistic (last-k average, last round) and a column per domain.
 
@@ -142,13 +149,13 @@ def domain_table(summary: Mapping[str, object], domains: Sequence[str], last_k: 
     header = "| | " + " | ".join(domains) + " | AVG | STD |" + (" STD (n-1) |" if sample else "")
     rule = "|---" * (len(domains) + 3 + sample) + "|"
     rows = [header, rule]
-    averaged = int(summary.get(f"{prefix}rounds", last_k))  # type: ignore[arg-type]
+    averaged = int(_number(summary.get(f"{prefix}rounds", last_k)))
     first = f"last-{last_k} avg" if averaged >= last_k else f"last-{averaged} avg (run shorter than last_k={last_k})"
     for label, row in ((first, prefix), ("last round", "last/")):
-        cells = [f"{float(summary[f'{row}{ACC_PREFIX}{d}']):.2f}" for d in domains]
-        cells += [f"{float(summary[f'{row}acc_mean']):.2f}", f"{float(summary[f'{row}acc_std']):.2f}"]
+        cells = [f"{_number(summary[f'{row}{ACC_PREFIX}{d}']):.2f}" for d in domains]
+        cells += [f"{_number(summary[f'{row}acc_mean']):.2f}", f"{_number(summary[f'{row}acc_std']):.2f}"]
         if sample:
             value = summary.get(f"{row}acc_std_sample")
-            cells.append("—" if value is None else f"{float(value):.2f}")  # type: ignore[arg-type]
+            cells.append("—" if value is None else f"{_number(value):.2f}")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

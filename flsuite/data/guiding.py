@@ -214,7 +214,12 @@ class GuidingSet(DataSource):
         test = Split(torch.cat(test_x), torch.cat(test_y))
         test_splits = {"guiding": test} if len(test) else {"guiding": train}
         mapping = load_mapping(self.mapping)
-        description = {"source": "guiding set", "level": self.level, "classes": chosen, "fl_classes": [chosen_for(mapping, p) for p in chosen]}
+        description: dict[str, object] = {
+            "source": "guiding set",
+            "level": self.level,
+            "classes": chosen,
+            "fl_classes": [chosen_for(mapping, p) for p in chosen],
+        }
         return FederatedData([ClientData(0, "guiding", train)], test_splits, num_classes=len(chosen), classes=tuple(chosen), description=description)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from flsuite.data import image_folder as imf
 from flsuite.data import sources
 from flsuite.data.base import DataError
-from flsuite.data.sources import ImageArrays
+from flsuite.data.image_arrays import ImageArrays, SplitName
+from flsuite.data.torchvision_sources import TorchvisionName
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class LoadContext:
 Loader = Callable[[LoadContext], tuple[ImageArrays, ImageArrays | None]]
 
 
-def _both(load: Callable[[str], ImageArrays]) -> tuple[ImageArrays, ImageArrays]:
+def _both(load: Callable[[SplitName], ImageArrays]) -> tuple[ImageArrays, ImageArrays]:
     return load("train"), load("test")
 
 
@@ -99,7 +100,7 @@ def _tiny_imagenet(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
     return (imf.load_image_folder_arrays(train, ctx.image_size, classes=wnids), imf.load_image_folder_arrays(val, ctx.image_size, classes=wnids))
 
 
-def _torchvision(name: str) -> Loader:
+def _torchvision(name: TorchvisionName) -> Loader:
     return lambda ctx: _both(lambda split: sources.load_torchvision(name, ctx.root, split, ctx.download))
 
 

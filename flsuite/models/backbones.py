@@ -39,6 +39,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class Normalize(nn.Module):
     """(x − mean) / std per channel; the constants are non-persistent buffers (not in the state dict)."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)

@@ -13,6 +13,7 @@ import abc
 import math
 from collections.abc import Sequence
 from itertools import islice
+from typing import cast
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ class SequentialClassifier(nn.Sequential):
 
     @property
     def head(self) -> nn.Linear:
-        return self[-1]
+        return cast(nn.Linear, self[-1])
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Every module but the head, in order (for a linear head over embeddings: just the flattening)."""

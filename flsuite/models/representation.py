@@ -9,7 +9,7 @@ this contract instead of guessing it from the module tree.
 from __future__ import annotations
 
 import copy
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import torch
 from torch import nn
@@ -50,8 +50,9 @@ def logits_as_representation(model: nn.Module) -> bool:
 def forward_with_representation(model: nn.Module, x: torch.Tensor, use_logits: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, representation [batch, d]) of one forward pass: `features(x)` and `head` of it, or the logits twice
     when `use_logits` (see `logits_as_representation`, which also checks the contract once per fit)."""
-    z = model.features(x)
-    logits = model.head(z)
+    split = cast(FeatureModel, model)
+    z = split.features(x)
+    logits = split.head(z)
     return logits, (logits if use_logits else z)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,7 @@ def plots(sweep: Sweep, study: Any) -> dict[str, Path]:
     out.mkdir(exist_ok=True)
     files = {}
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    figures = {"slice": ovm.plot_slice, "importance": ovm.plot_param_importances}
+    figures: dict[str, Callable[..., Any]] = {"slice": ovm.plot_slice, "importance": ovm.plot_param_importances}
     if len(sweep.cfg["parameters"]) > 1:  # with one parameter the slice plot already shows everything
         figures["parallel_coordinate"] = ovm.plot_parallel_coordinate
     for name, plot in figures.items():
