@@ -101,6 +101,7 @@ PROBE = textwrap.dedent("""
     import torch
     from flsuite.data.builtin import GaussianFeatures
     from flsuite.federation.local.client import ClientEnvironment, run_client
+    from flsuite.federation.method import HyperParameters
     from flsuite.federation.task import ClientTask, LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear
@@ -109,7 +110,7 @@ PROBE = textwrap.dedent("""
     # two batches: an eager first step, then one compiled forward-and-backward (Adam: no scanned steps, the
     # smallest graph the compiled loop compiles)
     data = GaussianFeatures(dim=4, num_classes=2, num_domains=1, clients_per_domain=1, samples_per_client=8).build(0)
-    env = ClientEnvironment(data, Linear(), FedAvg(), LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam"), seed=0)
+    env = ClientEnvironment(data, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam"), seed=0)
     weights = env.build_model().state_dict()
     run_client(env, ClientTask(1, 0, 1, weights))
     print("fit done")

@@ -171,10 +171,9 @@ def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the
 class NaNClient(ClientModule):
     """Every client update is NaN: the round has no usable client update."""
 
-    def result(self, num_samples):
+    def end(self):
         with torch.no_grad():
             next(self.model.parameters()).fill_(float("nan"))
-        return super().result(num_samples)
 
 
 class NaNFedAvg(FedAvg):

@@ -181,6 +181,7 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
 def _tiny_client_env(samples: int = 70, epochs: int = 3):
     from flsuite.data.base import ClientData, FederatedData, Split
     from flsuite.federation.local.client import ClientEnvironment
+    from flsuite.federation.method import HyperParameters
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg
     from flsuite.models.heads import Linear
@@ -188,7 +189,7 @@ def _tiny_client_env(samples: int = 70, epochs: int = 3):
     g = torch.Generator().manual_seed(3)
     split = Split(torch.randn(samples, 12, generator=g), torch.randint(0, 4, (samples,), generator=g))
     fed = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=4)
-    return ClientEnvironment(fed, Linear(), FedAvg(), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0)
+    return ClientEnvironment(fed, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -277,6 +278,7 @@ def test_ray_workers_get_their_share_of_the_cpus(local_ray):
     from flsuite.data.builtin import GaussianFeatures, UCIDigitsDomains
     from flsuite.federation import ray_workers
     from flsuite.federation.local.client import ClientEnvironment
+    from flsuite.federation.method import HyperParameters
     from flsuite.federation.ray_workers import ClientWorker
     from flsuite.federation.task import LocalTraining
     from flsuite.methods.fedavg import FedAvg
@@ -300,9 +302,9 @@ def test_ray_workers_get_their_share_of_the_cpus(local_ray):
             return torch.get_num_threads()
 
     big_batch = LocalTraining(batch_size=2**10)
-    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), FedAvg(), big_batch, 0)
+    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), HyperParameters(FedAvg()), big_batch, 0)
     assert images.step_flops() >= 2 * FLOPS_PER_THREAD
-    features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), FedAvg(), LocalTraining(), 0)
+    features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), HyperParameters(FedAvg()), LocalTraining(), 0)
     ray = local_ray
     ray_workers.release_idle_workers()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
@@ -35,6 +36,48 @@ if TYPE_CHECKING:
     from flsuite.federation.server import ServerContext
 
 Travel = Literal["all", "trainable", "buffers"]
+
+
+@dataclass(frozen=True)
+class Transport:
+    """Which state-dict entries of the model travel each way besides the upload and broadcast, as a method declares
+    them (`Method.weights_up`, `weights_down`, `kept_on_client`). The engine carries exactly these: a client's result
+    holds only `upward` weights (the rest never leaves it, never reaches `aggregate`), a task carries only the
+    `downward` ones, and `kept` entries travel neither way.
+
+    Args:
+        up, down: "all", "trainable" (the entries of `trainable`) or "buffers" (the floating-point entries that are
+            not trainable parameters, e.g. BatchNorm statistics).
+        trainable: The state-dict names of the trainable parameters (`Method.parameter_names`).
+        kept: Entries that stay on the client whatever `up` and `down` say (FedSR's own reference Gaussians).
+    """
+
+    up: Travel = "all"
+    down: Travel = "all"
+    trainable: tuple[str, ...] = ()
+    kept: frozenset[str] = frozenset()
+
+    def travelling(self, weights: Weights, which: Travel) -> Weights:
+        """The entries of `weights` that travel under `which`, never a `kept` one (`weights` itself when all do)."""
+        if which == "all":
+            return {n: w for n, w in weights.items() if n not in self.kept} if self.kept.intersection(weights) else weights
+        if which == "trainable":
+            return {n: weights[n] for n in self.trainable if n not in self.kept}
+        trained = set(self.trainable) | self.kept
+        return {n: w for n, w in weights.items() if n not in trained and torch.is_floating_point(w)}
+
+    def upward(self, weights: Weights) -> Weights:
+        """What of a client's weights its result carries to the server."""
+        return self.travelling(weights, self.up)
+
+    def downward(self, weights: Weights) -> tuple[Weights, Weights]:
+        """The global weights split for a task: (carried: what travels down, held: what the client already holds
+        and is not sent, e.g. the frozen part under `down: trainable`). `kept` entries are in neither: the client
+        trains its own (the model's initial values, or what the method restores from the client's state)."""
+        carried = self.travelling(weights, self.down)
+        held = {n: w for n, w in weights.items() if n not in carried and n not in self.kept}
+        return carried, held
+
 
 #: What `ClientModule.local_loss` returns: the batch loss, or (loss, statistics): tensors of the batch that the
 #: method accumulates over the fit (representations and labels for class prototypes, labels for counts), which the
@@ -149,22 +192,6 @@ class ClientModule(nn.Module):
         value = value.detach().double()
         self._task_loss_sum = value.clone() if self._task_loss_sum is None else self._task_loss_sum.to(value.device) + value
 
-    # ---- result ----------------------------------------------------------------------------------------------
-    def result(self, num_samples: int) -> ClientResult:
-        """Package the fit's outcome for the server (weights on the CPU)."""
-        weights: Weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        return ClientResult(
-            client_id=self.task.client_id,
-            num_samples=num_samples,
-            weights=weights,
-            upload=self.upload(),
-            state=self.next_state(),
-            train_loss=self.mean_loss,
-            num_steps=self.num_steps,
-            task_loss=self.mean_task_loss,
-            metrics=self.metrics(),
-        )
-
 
 class Method:
     """Server side of an FL method. The defaults are FedAvg's: nothing extra is sent or kept, and weights are
@@ -176,10 +203,10 @@ class Method:
     """
 
     client_module: ClassVar[type[ClientModule]] = ClientModule
-    #: Which weights travel each way besides the upload and broadcast (counted by `bytes_up`/`bytes_down`): "all"
-    #: (the state dict), "trainable" (the parameters of `parameter_names` only: FKPL's federated head), "buffers"
-    #: (the floating-point entries that are not trainable parameters, e.g. BatchNorm statistics: SCAFFOLD, whose
-    #: upload carries Δy in place of the parameters).
+    #: Which weights travel each way besides the upload and broadcast (`Transport`: the engine carries exactly these
+    #: and `bytes_up`/`bytes_down` count them): "all" (the state dict), "trainable" (the parameters of
+    #: `parameter_names` only: FKPL's federated head), "buffers" (the floating-point entries that are not trainable
+    #: parameters, e.g. BatchNorm statistics: SCAFFOLD, whose upload carries Δy in place of the parameters).
     weights_up: ClassVar[Travel] = "all"
     weights_down: ClassVar[Travel] = "all"
     #: Set by `setup`: the number of clients this method trains over, and which state-dict entries are trainable
@@ -230,23 +257,29 @@ class Method:
         """Optional server-side training after aggregation: returns the new weights, state and metrics to log."""
         return ServerUpdate(weights, server_state)
 
-    # ---- communication accounting ----------------------------------------------------------------------------
+    # ---- what travels ----------------------------------------------------------------------------------------
+    def kept_on_client(self) -> frozenset[str]:
+        """State-dict entries that never leave a client, neither way (e.g. FedSR's per-client reference Gaussians, a
+        FedBN's BatchNorm layers): a task does not carry them, a result does not return them, and the global weights
+        keep the server's own copy (what `aggregate` returns for them). Default: none."""
+        return frozenset()
+
+    def transport(self) -> Transport:
+        """What travels each way (`weights_up`, `weights_down`, `kept_on_client`, over `parameter_names`): set up
+        after `setup`, read by the engine to build the tasks and results."""
+        return Transport(self.weights_up, self.weights_down, self.parameter_names, self.kept_on_client())
+
     def travelling(self, weights: Weights, which: Travel) -> Weights:
-        """The entries of `weights` that travel under `which` (see `weights_up`)."""
-        if which == "all":
-            return weights
-        if which == "trainable":
-            return {n: weights[n] for n in self.parameter_names}
-        trained = set(self.parameter_names)
-        return {n: w for n, w in weights.items() if n not in trained and torch.is_floating_point(w)}
+        """The entries of `weights` that travel under `which` (see `Transport.travelling`)."""
+        return self.transport().travelling(weights, which)
 
     def bytes_down(self, task: ClientTask) -> int:
-        """Bytes the server sends to one client in a round: the global weights that travel down and its broadcast."""
-        return num_bytes(self.travelling(task.global_weights, self.weights_down)) + num_bytes(task.broadcast)
+        """Bytes the server sends to one client in a round: the global weights its task carries and its broadcast."""
+        return num_bytes(task.global_weights) + num_bytes(task.broadcast)
 
     def bytes_up(self, result: ClientResult) -> int:
-        """Bytes one client sends back: the weights that travel up and its upload."""
-        return num_bytes(self.travelling(result.weights, self.weights_up)) + num_bytes(result.upload)
+        """Bytes one client sends back: the weights its result carries and its upload."""
+        return num_bytes(result.weights) + num_bytes(result.upload)
 
 
 class HyperParameters:
@@ -255,6 +288,7 @@ class HyperParameters:
 
     def __init__(self, method: Method) -> None:
         object.__setattr__(self, "_method", copy.deepcopy(method))
+        object.__setattr__(self, "transport", method.transport())
 
     def __getattr__(self, name: str) -> Any:  # only called for names not found on self, i.e. all but `_method`
         if name == "_method":  # not set yet (unpickling before __setstate__)
@@ -265,7 +299,8 @@ class HyperParameters:
         raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_method": self._method}
+        return {"_method": self._method, "transport": self.transport}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "_method", state["_method"])
+        object.__setattr__(self, "transport", state["transport"])

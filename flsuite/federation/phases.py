@@ -158,14 +158,16 @@ class Rounds(Phase):
         t0 = time.perf_counter()
         sampled = [clients[i] for i in settings.sampling.sample(len(clients), settings.seed, rnd)]
         shared = method.broadcast(rnd, state.server_state)
+        carried, held = method.transport().downward(state.global_weights)  # once: executors send each object once
         tasks = [
             ClientTask(
                 rnd,
                 k,
                 derive_seed(settings.seed, rnd, k, "client"),
-                state.global_weights,
+                carried,
                 method.broadcast_to(rnd, k, state.server_state, shared),
                 state.client_states[k],
+                held,
             )
             for k in sampled
         ]
@@ -226,8 +228,9 @@ def _usable(rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: 
             f"round {rnd}: client(s) {[f.client_id for f in failed]} failed after {failed[0].attempts} attempt(s): "
             f"{failed[0].error} (set on_client_failure: drop to continue without them)"
         )
-    results = [o for o in outcomes if isinstance(o, ClientResult) and is_finite(o.weights)]
-    rejected = [o.client_id for o in outcomes if isinstance(o, ClientResult) and not is_finite(o.weights)]
+    finite = {id(o): o.finite and is_finite(o.weights) for o in outcomes if isinstance(o, ClientResult)}  # the whole model, then what came
+    results = [o for o in outcomes if isinstance(o, ClientResult) and finite[id(o)]]
+    rejected = [o.client_id for o in outcomes if isinstance(o, ClientResult) and not finite[id(o)]]
     if rejected:
         log.warning("round %d: rejected non-finite updates from client(s) %s", rnd, rejected)
     if not results:

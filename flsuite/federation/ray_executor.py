@@ -213,12 +213,12 @@ class RayExecutor(Executor):
     # ------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
         ray = _import_ray()
-        shared: dict[tuple[int, int], Any] = {}  # one object-store copy per distinct (weights, broadcast)
+        shared: dict[tuple[int, int, int], Any] = {}  # one object-store copy per distinct (weights, broadcast, held)
 
         def submit(actor, t: ClientTask):
-            key = (id(t.global_weights), id(t.broadcast))
+            key = (id(t.global_weights), id(t.broadcast), id(t.held))
             if key not in shared:
-                shared[key] = ray.put((t.global_weights, t.broadcast))
+                shared[key] = ray.put((t.global_weights, t.broadcast, t.held))
             return actor.run.remote(shared[key], t.round, t.client_id, t.seed, t.state)
 
         return self._dispatch(tasks, submit)

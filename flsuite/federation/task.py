@@ -123,7 +123,9 @@ class LocalTraining:
 
 @dataclass
 class ClientTask:
-    """One client's work order for one round."""
+    """One client's work order for one round. `global_weights` are the global weights that travel down
+    (`Method.weights_down`); `held`, the rest that the client already holds (not sent, not counted); entries the
+    method keeps on the client are in neither (`flsuite.federation.method.Transport.downward`)."""
 
     round: int
     client_id: int
@@ -131,11 +133,14 @@ class ClientTask:
     global_weights: Weights
     broadcast: dict[str, Any] = field(default_factory=dict)
     state: State = field(default_factory=dict)
+    held: Weights = field(default_factory=dict)
 
 
 @dataclass
 class ClientResult:
-    """What a client sends back after its local fit (plus its new persisted state, which stays client-side)."""
+    """What a client sends back after its local fit (plus its new persisted state, which stays client-side). Built by
+    the engine (`flsuite.federation.local.client.run_client`): `weights` holds only what the method declares
+    travelling up (`flsuite.federation.method.Transport.upward`)."""
 
     client_id: int
     num_samples: int
@@ -149,6 +154,9 @@ class ClientResult:
     task_loss: float = float("nan")
     #: Numbers the method reports about this fit (`ClientModule.metrics`); logged as `client/<method>/<key>`.
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Whether every floating-point entry of the client's trained model is finite (all of it, not only the weights
+    #: that travel): a result with NaN/Inf is rejected.
+    finite: bool = True
 
 
 @dataclass

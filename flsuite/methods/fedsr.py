@@ -10,9 +10,9 @@ The L2R term is the official code's unsquared norm (the paper writes E‖z‖²�
 Decisions, from the official code (github.com/atuannguyen/FedSR, src/):
 - r_μ, r_σ and C are each client's own (`reference: per_client`, the default): `methods/FedSR.py` `Model.__init__`
   registers them on the `Model`, outside `self.model = Sequential(net, cls)`, and `methods/base.py`
-  `Base.communicate` averages `self.model.state_dict()` only. Here they live in the client's state: never uploaded
-  (the upload's weights leave them out), never averaged, and the global weights' copy (W₀'s values, unused by the
-  forward) is not counted in `bytes_down`. `reference: averaged` is FL-bench's form (`src/server/fedsr.py`
+  `Base.communicate` averages `self.model.state_dict()` only. Here they are kept on the client
+  (`FedSR.kept_on_client`: the engine carries them neither way) and live in the client's state; the global weights
+  keep W₀'s values (unused by the forward). `reference: averaged` is FL-bench's form (`src/server/fedsr.py`
   `FedSRModel`: model parameters, averaged with the weights and sent both ways).
 - Aggregation is uniform (`weighting: uniform`, the default): `Base.communicate` takes `sum(ps) / len(ps)`.
 - Test: the log of the mean softmax probabilities (not logits) over 20 draws of z (`Base.forward`'s eval branch,
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule, Travel
+from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
@@ -107,12 +107,6 @@ class FedSRClient(ClientModule):
     def next_state(self) -> State:
         return {"reference": own_reference(self.model.state_dict())} if self.method.reference == "per_client" else self.task.state
 
-    def result(self, num_samples: int) -> ClientResult:
-        out = super().result(num_samples)
-        if self.method.reference == "per_client":
-            out.weights = {k: v for k, v in out.weights.items() if k not in REFERENCE}
-        return out
-
 
 class FedSR(FedAvg):
     """FedSR: L2 and conditional-MI regularisers on a probabilistic representation; FedAvg aggregation.
@@ -156,9 +150,9 @@ class FedSR(FedAvg):
         """FedAvg; under `per_client` the global weights keep W₀'s reference entries (no client sent its own)."""
         weights, state = super().aggregate(round, global_weights, results, server_state, ctx)
         if self.reference == "per_client":
-            weights = {**{k: v for k, v in weights.items() if k not in REFERENCE}, **own_reference(global_weights)}
+            weights = {**weights, **own_reference(global_weights)}
         return weights, state
 
-    def travelling(self, weights: Weights, which: Travel) -> Weights:
-        travelling = super().travelling(weights, which)
-        return {k: v for k, v in travelling.items() if k not in REFERENCE} if self.reference == "per_client" else travelling
+    def kept_on_client(self) -> frozenset[str]:
+        """Under `per_client` the reference Gaussians never leave a client (neither way, nor in the byte counts)."""
+        return frozenset(REFERENCE) if self.reference == "per_client" else frozenset()

@@ -6,8 +6,10 @@ After K local steps:   c_k⁺ = c_k − c + (x − y) / (K η_l)          (optio
 It uploads Δy_k = y − x and Δc_k = c_k⁺ − c_k (2|θ| numbers, `bytes_up`), and keeps c_k⁺.
 Server, over the round's clients S of N:   x ← x + η_g · mean_{k∈S} Δy_k,   c ← c + (|S|/N) · mean_{k∈S} Δc_k.
 
-Control variates exist for the trainable parameters only; buffers (e.g. BatchNorm statistics) are averaged as
-FedAvg (∝ client sample count).
+Control variates exist for the trainable parameters only; buffers (e.g. BatchNorm statistics) travel and are
+averaged as FedAvg (∝ client sample count). The clients' parameters themselves never reach the server
+(`weights_up = "buffers"`: the engine sends only the floating-point buffers with the upload), and entries that do
+not travel (integer buffers such as `num_batches_tracked`) keep the server's value.
 
 Option II assumes plain SGD steps y ← y − η_l g, so that (x − y)/(K η_l) is the mean corrected gradient. The
 papers' local optimiser is SGD with momentum β = 0.9 (heavy ball, torch's buffer m_k = β m_{k−1} + g_k), whose K
@@ -116,8 +118,8 @@ class Scaffold(Method):
     weights_up = "buffers"
 
     def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
-        # buffers (and anything without a control variate): FedAvg; parameters: x + η_g mean(Δy)
-        new = sample_average(results)
+        # the buffers that came (floating point): FedAvg, the rest the server's; parameters: x + η_g mean(Δy)
+        new = {**global_weights, **sample_average(results)}
         m = len(results)
         num_clients = self.num_clients
         c = dict(server_state["c"])

@@ -14,7 +14,7 @@ from torch import nn
 from flsuite import records
 from flsuite.data.builtin import UCIDigitsDomains
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.phases import client_metrics
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
@@ -107,7 +107,7 @@ def test_the_probe_runs_once_per_fit_and_leaves_the_training_unchanged(loop):
     local = LocalTraining(epochs=2, batch_size=16, lr=0.05, loop=loop)
     results = {}
     for method in (FedAvg(), Probing()):
-        env = ClientEnvironment(data, NormAndDropout(), method, local, seed=0)
+        env = ClientEnvironment(data, NormAndDropout(), HyperParameters(method), local, seed=0)
         torch.manual_seed(0)
         start = env.build_model().state_dict()
         ProbingClient.calls = []

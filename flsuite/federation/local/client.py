@@ -17,8 +17,9 @@ from flsuite.data.base import FederatedData
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.choice import outside_a_run
 from flsuite.federation.local.loops import LocalFit
-from flsuite.federation.method import HyperParameters
+from flsuite.federation.method import ClientModule, HyperParameters, Transport
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
+from flsuite.federation.weights import is_finite
 from flsuite.models.heads import ModelSpec
 from flsuite.runtime import step_flops
 
@@ -107,8 +108,37 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     split, local = env.data.clients[task.client_id].train, outside_a_run(env.local)
     torch.manual_seed(task.seed)
     model = env.build_model()
-    model.load_state_dict(task.global_weights)
+    load_task_weights(model, task, env.method.transport)
     client = env.method.client_module(model=model, method=env.method, local=local, task=task)
     batches, epochs = client_batches(split, local, task.seed)
     make_trainer(local, max_epochs=epochs).fit(LocalFit(client), train_dataloaders=batches)
-    return client.result(num_samples=len(split))
+    return client_result(client, env.method.transport, num_samples=len(split))
+
+
+def load_task_weights(model: nn.Module, task: ClientTask, transport: Transport) -> None:
+    """Load what the task carries and what the client holds into `model`; the entries kept on the client
+    (`transport.kept`) keep the model's own values. Any other entry missing or unknown: an error."""
+    weights = {**task.held, **task.global_weights} if task.held else task.global_weights
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    absent = sorted(set(missing) - transport.kept)
+    if absent or unexpected:
+        raise RuntimeError(f"client {task.client_id}'s task does not fit its model: missing {absent}, unexpected {sorted(unexpected)}")
+
+
+def client_result(client: ClientModule, transport: Transport, num_samples: int) -> ClientResult:
+    """The fit's outcome for the server: the weights the method declares travelling up (`transport.upward`, CPU
+    copies; nothing else of the model leaves the client), its upload, the client's next state, the fit's statistics
+    and metrics, and whether the whole trained model is finite."""
+    weights = client.model.state_dict()
+    return ClientResult(
+        client_id=client.task.client_id,
+        num_samples=num_samples,
+        weights={k: v.detach().to("cpu", copy=True) for k, v in transport.upward(weights).items()},
+        upload=client.upload(),
+        state=client.next_state(),
+        train_loss=client.mean_loss,
+        num_steps=client.num_steps,
+        task_loss=client.mean_task_loss,
+        metrics=client.metrics(),
+        finite=is_finite(weights),
+    )

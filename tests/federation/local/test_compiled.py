@@ -40,7 +40,7 @@ def local(loop: str, **kwargs) -> LocalTraining:
 def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
     """Two clients' fits from the same global weights (44 samples, batch 4: 11 equal batches, one shape)."""
     data = DATA.build(seed=1)
-    env = ClientEnvironment(data, model or MLP(hidden=(5,)), method or FedAvg(), local(loop, **kwargs), seed=0)
+    env = ClientEnvironment(data, model or MLP(hidden=(5,)), HyperParameters(method or FedAvg()), local(loop, **kwargs), seed=0)
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
     return [run_client(env, ClientTask(1, k, 10 + k, weights)) for k in range(2)]

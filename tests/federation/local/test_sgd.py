@@ -11,6 +11,7 @@ from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.local import loops
 from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.local.sgd import grad_clearer, is_wrapper_free_sgd, optimizer_step
+from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
@@ -48,7 +49,7 @@ LOCALS = {
 def client_fits(local: LocalTraining) -> list:
     """Two clients' fits of an MLP head (two layers: four parameters) from the same global weights."""
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=44).build(seed=1)
-    env = ClientEnvironment(data, MLP(hidden=(5,)), FedAvg(), local, seed=0)
+    env = ClientEnvironment(data, MLP(hidden=(5,)), HyperParameters(FedAvg()), local, seed=0)
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
     return [run_client(env, ClientTask(1, k, 10 + k, weights)) for k in range(2)]
