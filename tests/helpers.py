@@ -53,7 +53,7 @@ def cnn_federation(run_dir: Path, **overrides: Any) -> Federation:
 class Exploding(ClientModule):
     """Client 0 returns NaN weights in round 2 (a diverged client)."""
 
-    def end(self):
+    def end(self, fit):
         if self.task.client_id == 0 and self.task.round == 2:
             with torch.no_grad():
                 next(self.model.parameters()).fill_(float("nan"))

@@ -171,7 +171,7 @@ def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the
 class NaNClient(ClientModule):
     """Every client update is NaN: the round has no usable client update."""
 
-    def end(self):
+    def end(self, fit):
         with torch.no_grad():
             next(self.model.parameters()).fill_(float("nan"))
 

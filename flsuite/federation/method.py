@@ -5,7 +5,9 @@
 - `ClientModule` is the client side: hooks called by the local loops (`flsuite.federation.local`) in one client's
   fit. Methods change local training by overriding `local_loss` and the step hooks, and report back through
   `upload` and `next_state`.
-- `HyperParameters`: the read-only snapshot of a method that clients see.
+- `HyperParameters`: what clients get of a method, read-only: its client module, its client settings (a frozen
+  dataclass each method declares, `Method.client_settings`: what `ClientModule.method` is, type-checked) and its
+  `Transport`.
 
 The round loop (`flsuite.federation.phases.Rounds`) calls only these hooks, so it holds no method-specific code.
 """
@@ -13,9 +15,10 @@ The round loop (`flsuite.federation.phases.Rounds`) calls only these hooks, so i
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -79,19 +82,65 @@ class Transport:
         return carried, held
 
 
+@dataclass
+class FitStatistics:
+    """What the loop counts in one fit (`flsuite.federation.local.loops.LocalFit`), handed to the hooks that run
+    after it (`end`, `upload`, `next_state`, `metrics`) and to the result: float64 sums, on the fit's device (no sync
+    per step), of the mini-batch losses and of the reported `ClientModule.TASK_LOSS` (None: none reported), and the
+    optimiser steps taken."""
+
+    loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
+    task_loss_sum: torch.Tensor | None = None
+    num_steps: int = 0
+
+    @property
+    def mean_loss(self) -> float:
+        """The mean mini-batch loss (float64 sum over steps / steps; 0 steps: 0)."""
+        return float(self.loss_sum) / max(self.num_steps, 1)
+
+    @property
+    def mean_task_loss(self) -> float:
+        """The mean FL-task loss: the reported `TASK_LOSS`, else the mean loss."""
+        return self.mean_loss if self.task_loss_sum is None else float(self.task_loss_sum) / max(self.num_steps, 1)
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """Add a float64 loss (one step's, or a sum of steps in step order), on its device."""
+        if self.loss_sum.device != loss.device:
+            self.loss_sum = self.loss_sum.to(loss.device)
+        self.loss_sum += loss
+
+    def add_task_loss(self, value: torch.Tensor) -> None:
+        """Add one step's FL-task loss (float64, on the value's device)."""
+        value = value.detach().double()
+        self.task_loss_sum = value.clone() if self.task_loss_sum is None else self.task_loss_sum.to(value.device) + value
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """The client settings of a method whose clients read none (FedAvg's, FedNova's)."""
+
+
+#: A method's client settings: the frozen dataclass its `ClientModule` reads as `self.method`.
+S = TypeVar("S")
+
+
 #: What `ClientModule.local_loss` returns: the batch loss, or (loss, statistics): tensors of the batch that the
 #: method accumulates over the fit (representations and labels for class prototypes, labels for counts), which the
 #: loops hand to `ClientModule.gather` outside the differentiated loss.
 LocalLoss = torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]
 
 
-class ClientModule(nn.Module):
-    """One client's local training in one round, as hooks: the method's client side.
+class ClientModule(nn.Module, Generic[S]):
+    """One client's local training in one round, as hooks: the method's client side. `self.method` is the method's
+    client settings (`Method.client_settings`, a frozen dataclass: `ClientModule[ScaffoldClientSettings]` reads
+    `self.method.effective_steps`, checked by mypy).
 
     The loops that call them (`local.loop`: lean, standard, compiled; `flsuite.federation.local.loops`) run one
     Lightning `Trainer.fit` per client. Per fit: `begin`, `probe` (first batch), then per batch `local_loss (→ gather) → backward
-    → + gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the result carries
-    `upload`, `next_state` and `metrics`. `device`, `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
+    → + gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the engine's
+    result carries `upload`, `next_state` and `metrics` (`flsuite.federation.local.client.client_result`). The loop
+    counts the fit's losses and steps (`FitStatistics`) and hands them to the hooks that run after it. `device`,
+    `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
     """
 
     #: The statistic by which a method whose objective adds terms to the FL task's loss (a proximal term, a
@@ -109,17 +158,14 @@ class ClientModule(nn.Module):
         if overridden and not cls.step_hooks:
             raise TypeError(f"{cls.__name__} overrides {' and '.join(overridden)}: declare `step_hooks = True` on the class")
 
-    def __init__(self, model: nn.Module, method: HyperParameters, local: LocalTraining, task: ClientTask) -> None:
+    def __init__(self, model: nn.Module, method: S, local: LocalTraining, task: ClientTask) -> None:
         super().__init__()
         self.model = model
-        self.method = method
+        self.method: S = method
         self.local = local
         self.task = task
         self.device = next(model.parameters(), torch.empty(0)).device
         self.epoch, self.epochs = 0, 1
-        self._loss_sum = torch.zeros((), dtype=torch.float64)
-        self._task_loss_sum: torch.Tensor | None = None  # float64 sum of the reported TASK_LOSS; None: none reported
-        self.num_steps = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -128,8 +174,8 @@ class ClientModule(nn.Module):
     def begin(self) -> None:
         """Called when the fit starts, on its device (e.g. move the broadcast's tensors there)."""
 
-    def end(self) -> None:
-        """Called when the fit has finished its last step."""
+    def end(self, fit: FitStatistics) -> None:
+        """Called when the fit has finished its last step, with the fit's statistics (e.g. its step count)."""
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> LocalLoss:
         """The local objective on one batch; FedAvg: cross-entropy. A method that accumulates statistics of its
@@ -164,33 +210,18 @@ class ClientModule(nn.Module):
         restored, so the training is the same to the bit; the hook itself must leave `.grad` alone (use
         `torch.autograd.grad`). Report its result through `metrics`. Default: nothing (the loops do not call it)."""
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
         """Numbers describing this fit (e.g. the mean of each loss term), logged per round as the sample-weighted
         mean over the round's clients under `client/<method>/<key>` (`records.client_metric_key`). Default: none."""
         return {}
 
-    def upload(self) -> dict[str, Any]:
+    def upload(self, fit: FitStatistics) -> dict[str, Any]:
         """Extras sent to the server besides the weights (e.g. prototypes, control-variate deltas)."""
         return {}
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         """This client's state for its next round; by default unchanged."""
         return self.task.state
-
-    @property
-    def mean_loss(self) -> float:
-        """The mean mini-batch loss of this fit so far (float64 sum over steps / steps)."""
-        return float(self._loss_sum) / max(self.num_steps, 1)
-
-    @property
-    def mean_task_loss(self) -> float:
-        """The mean FL-task loss of this fit so far: the reported `TASK_LOSS`, else the mean loss."""
-        return self.mean_loss if self._task_loss_sum is None else float(self._task_loss_sum) / max(self.num_steps, 1)
-
-    def add_task_loss(self, value: torch.Tensor) -> None:
-        """Add one step's FL-task loss (float64, on the value's device: no sync per step)."""
-        value = value.detach().double()
-        self._task_loss_sum = value.clone() if self._task_loss_sum is None else self._task_loss_sum.to(value.device) + value
 
 
 class Method:
@@ -198,8 +229,8 @@ class Method:
     averaged ∝ client sample count.
 
     Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need. Hooks receive
-    state and return new state: the loop commits a round only when it has completed. Clients see the method through
-    `HyperParameters`, a read-only snapshot taken when the run starts, never the live server object.
+    state and return new state: the loop commits a round only when it has completed. Clients never see the live
+    server object: they get `HyperParameters`, taken when a phase starts, whose settings are `client_settings()`.
     """
 
     client_module: ClassVar[type[ClientModule]] = ClientModule
@@ -218,6 +249,11 @@ class Method:
         """Called by the round loop once per run (and on resume) before any other hook."""
         self.num_clients = num_clients
         self.parameter_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
+
+    def client_settings(self) -> object:
+        """The hyperparameters this method's clients read, as a frozen dataclass instance (what `ClientModule.method`
+        is; e.g. SCAFFOLD's `ScaffoldClientSettings(effective_steps)`). Default: `NoSettings()`."""
+        return NoSettings()
 
     def protocol(self) -> list[Phase] | None:
         """The phases this method runs when the config gives no `protocol:`; None (the default): rounds of this
@@ -283,24 +319,21 @@ class Method:
 
 
 class HyperParameters:
-    """A read-only snapshot of a method for clients: attribute reads go to a deep copy taken at run start, writes
-    fail. Serial and Ray clients therefore see the same values, whatever the server does to its own object."""
+    """What clients get of a method, read-only, taken when its phase starts (`RunContext.use`): `client_module`,
+    `settings` (a deep copy of `Method.client_settings()`, so serial and Ray clients see the same values whatever the
+    server later does to its own object) and `transport` (`Method.transport()`)."""
+
+    client_module: type[ClientModule]
+    settings: object
+    transport: Transport
 
     def __init__(self, method: Method) -> None:
-        object.__setattr__(self, "_method", copy.deepcopy(method))
+        settings = method.client_settings()
+        if not (dataclasses.is_dataclass(settings) and not isinstance(settings, type) and type(settings).__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"{type(method).__name__}.client_settings() must return a frozen dataclass instance, got {type(settings).__name__}")
+        object.__setattr__(self, "client_module", method.client_module)
+        object.__setattr__(self, "settings", copy.deepcopy(settings))
         object.__setattr__(self, "transport", method.transport())
-
-    def __getattr__(self, name: str) -> Any:  # only called for names not found on self, i.e. all but `_method`
-        if name == "_method":  # not set yet (unpickling before __setstate__)
-            raise AttributeError(name)
-        return getattr(self._method, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_method": self._method, "transport": self.transport}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        object.__setattr__(self, "_method", state["_method"])
-        object.__setattr__(self, "transport", state["transport"])

@@ -25,7 +25,7 @@ from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
 from flsuite.federation.local.client import make_trainer
 from flsuite.federation.local.loops import LocalFit
-from flsuite.federation.method import ClientModule, HyperParameters, Method
+from flsuite.federation.method import ClientModule, FitStatistics, NoSettings
 from flsuite.federation.task import (
     ClientResult,
     ClientTask,
@@ -72,12 +72,13 @@ class ServerContext:
         model.load_state_dict(weights)
         return model
 
-    def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> ClientModule:
+    def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> FitStatistics:
         """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' lean loop
-        over `batches`, as `fit` (seeded from `purpose`). Returns the fit's module (`mean_loss`, `num_steps`)."""
-        client = ClientModule(model, HyperParameters(Method()), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
-        self.fit(LocalFit(client), batches, purpose=purpose)
-        return client
+        over `batches`, as `fit` (seeded from `purpose`). Returns the fit's statistics (`mean_loss`, `num_steps`)."""
+        client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
+        fit = LocalFit(client)
+        self.fit(fit, batches, purpose=purpose)
+        return fit.statistics
 
     def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
         """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream
@@ -169,9 +170,9 @@ class ServerFinetune(ServerStep):
         local = LocalTraining(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=0.0)
         model = ctx.model(weights)
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
-        module = ctx.train(model, batches, local, purpose=self.name)
+        fit = ctx.train(model, batches, local, purpose=self.name)
         return ServerUpdate(
-            clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": module.mean_loss, "steps": module.num_steps}
+            clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": fit.mean_loss, "steps": fit.num_steps}
         )
 
 

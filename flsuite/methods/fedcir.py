@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeGuard
 
 import torch
@@ -38,6 +39,7 @@ from flsuite.methods.fedcir_terms import KL_REDUCTIONS, KLReduction, TermsClient
 from flsuite.methods.generators import (
     Ensemble,
     GeneratorMethod,
+    Noise,
     build_generator,
     class_gaussian_mle,
     draw_noise,
@@ -172,7 +174,19 @@ def require_encoder(model: nn.Module, who: str) -> ProbabilisticModel:
     return model
 
 
-class FedCiRClient(TermsClient):
+@dataclass(frozen=True)
+class FedCiRClientSettings:
+    """What FedCiR's clients read (see `FedCiR`)."""
+
+    lam_reg: float
+    lam_align: float
+    noise_dim: int
+    hidden: int
+    noise: Noise
+    kl_reduction: KLReduction
+
+
+class FedCiRClient(TermsClient[FedCiRClientSettings]):
     """CE on z = μ + σε, + λ_align · KL to q(z|y), + λ_reg · CE of the local head on generator samples; each term's
     size, loss share and gradient share reported per fit (`flsuite.methods.fedcir_terms`)."""
 
@@ -231,6 +245,9 @@ class FedCiR(GeneratorMethod, FedAvg):
     """
 
     client_module = FedCiRClient
+
+    def client_settings(self) -> FedCiRClientSettings:
+        return FedCiRClientSettings(self.lam_reg, self.lam_align, self.noise_dim, self.hidden, self.noise, self.kl_reduction)
 
     def __init__(
         self,

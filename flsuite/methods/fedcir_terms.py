@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from flsuite.federation.method import ClientModule, LocalLoss
+from flsuite.federation.method import ClientModule, FitStatistics, LocalLoss, S
 
 #: L_align's reduction over the batch (`FedCiR.kl_reduction`).
 KLReduction = Literal["batch_mean", "batch_sum"]
@@ -62,7 +62,7 @@ def gradient_shares(terms: Mapping[str, torch.Tensor], weights: Mapping[str, flo
     return {f"{t}_grad_vs_ce": float(_grad_norm(weights[t] * terms[t], params) / ce) for t in TERMS if t in weights}
 
 
-class TermsClient(ClientModule):
+class TermsClient(ClientModule[S]):
     """A client whose loss is L = L_CE + Σ_t λ_t L_t over the terms `terms(x, y)` returns, that reports each term
     (module docstring). A subclass sets, in `begin`, `weights` {t: λ_t} of the terms on in the fit (in the order
     they are added) and `reports` (False: the plain loss, no statistics, nothing reported), then calls `start_terms`."""
@@ -92,7 +92,7 @@ class TermsClient(ClientModule):
         if self.reports and self.weights:
             self._shares = gradient_shares(self.terms(x, y), self.weights, [p for p in self.model.parameters() if p.requires_grad])
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
         if not self.reports:
             return {}
-        return {"ce": self.mean_task_loss, **{k: float(s) / self._gathered for k, s in self._sums.items()}, **self._shares}
+        return {"ce": fit.mean_task_loss, **{k: float(s) / self._gathered for k, s in self._sums.items()}, **self._shares}

@@ -23,18 +23,28 @@ In round 1 (h_k = c = c_k = 0) the clients are exactly FedProx's with μ = α wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule, Method
+from flsuite.federation.method import ClientModule, FitStatistics, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps
 
 
-class FedDCClient(ClientModule):
+@dataclass(frozen=True)
+class FedDCClientSettings:
+    """What FedDC's clients read (see `FedDC`)."""
+
+    alpha: float
+    drift_lr: Literal["base", "current"]
+    clip_norm: float | None
+
+
+class FedDCClient(ClientModule[FedDCClientSettings]):
     """CE + α/2‖θ − (w − h_k)‖² + ⟨θ, c − c_k⟩; gradients clipped to `clip_norm`; updates h_k and c_k after local
     training."""
 
@@ -70,10 +80,10 @@ class FedDCClient(ClientModule):
         if self.method.clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self._trainable, self.method.clip_norm)
 
-    def end(self) -> None:
+    def end(self, fit: FitStatistics) -> None:
         momentum = self.local.sgd_momentum
         lr = self.local.lr if self.method.drift_lr == "base" else self.local.lr_at(self.task.round)
-        scale = 1.0 / (effective_steps(max(self.num_steps, 1), momentum) * lr)
+        scale = 1.0 / (effective_steps(max(fit.num_steps, 1), momentum) * lr)
         params = dict(self.model.named_parameters())
         self._new_h, self._new_c_k, self._delta_c = {}, {}, {}
         for n in self._anchor:
@@ -83,10 +93,10 @@ class FedDCClient(ClientModule):
             self._new_c_k[n] = c_plus.cpu()
             self._delta_c[n] = (c_plus - self._c_k[n]).cpu()
 
-    def upload(self) -> dict:
+    def upload(self, fit: FitStatistics) -> dict:
         return {"delta_c": self._delta_c}
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         return {"h": self._new_h, "c_k": self._new_c_k}
 
 
@@ -101,6 +111,9 @@ class FedDC(Method):
     """
 
     client_module = FedDCClient
+
+    def client_settings(self) -> FedDCClientSettings:
+        return FedDCClientSettings(self.alpha, self.drift_lr, self.clip_norm)
 
     def __init__(self, alpha: float = 0.01, drift_lr: Literal["base", "current"] = "base", clip_norm: float | None = 10.0) -> None:
         if alpha < 0:

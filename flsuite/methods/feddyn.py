@@ -14,16 +14,24 @@ statistics) are averaged as FedAvg (∝ client sample count).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 
 
-class FedDynClient(ClientModule):
+@dataclass(frozen=True)
+class FedDynClientSettings:
+    """What FedDyn's clients read (see `FedDyn`)."""
+
+    alpha: float
+
+
+class FedDynClient(ClientModule[FedDynClientSettings]):
     """CE − ⟨∇L_k, θ⟩ + α/2‖θ − θ_global‖²; keeps ∇L_k (named "grad") in the client state."""
 
     def begin(self) -> None:
@@ -45,7 +53,7 @@ class FedDynClient(ClientModule):
                 prox = prox + (p - self._anchor[n]).pow(2).sum()
         return loss - linear + 0.5 * alpha * prox, {self.TASK_LOSS: loss}
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         alpha = self.method.alpha
         params = dict(self.model.named_parameters())
         return {"grad": {n: (g - alpha * (params[n].detach() - self._anchor[n])).cpu() for n, g in self._grad.items()}}
@@ -59,6 +67,9 @@ class FedDyn(FedAvg):
     """
 
     client_module = FedDynClient
+
+    def client_settings(self) -> FedDynClientSettings:
+        return FedDynClientSettings(self.alpha)
 
     def __init__(self, alpha: float = 0.5) -> None:
         super().__init__(weighting="samples")  # the buffers' average; parameters use the paper's plain mean

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedfa_layer import VarianceForm, client_variance, ffa
@@ -53,7 +54,18 @@ RUNNING = ("mean", "std")
 INITIAL = {"mean": 0.0, "std": 1.0, "var_mean": 1.0, "var_std": 1.0}
 
 
-class FedFAClient(ClientModule):
+@dataclass(frozen=True)
+class FedFAClientSettings:
+    """What FedFA's clients read (see `FedFA`)."""
+
+    p: float
+    momentum: float
+    eps: float
+    variance: VarianceForm
+    layers: tuple[str, ...]
+
+
+class FedFAClient(ClientModule[FedFAClientSettings]):
     """CE with FFA (probability p per layer and batch) at the method's layers; keeps the running statistics it
     uploads. Intermediate layers are augmented by forward hooks, the representation between `features` and `head`."""
 
@@ -69,7 +81,7 @@ class FedFAClient(ClientModule):
         self._step: dict[str, torch.Tensor] | None = None  # the running step's statistics, while its forward runs
         self._sums: dict[str, torch.Tensor] = {}
 
-    def end(self) -> None:
+    def end(self, fit: FitStatistics) -> None:
         for handle in self._handles:
             handle.remove()
 
@@ -116,10 +128,10 @@ class FedFAClient(ClientModule):
                 total = self._sums.get(f"{name}/{key}", torch.zeros((), dtype=torch.float64, device=self.device))
                 self._sums[f"{name}/{key}"] = total + statistics[f"{name}/{key}"].double()
 
-    def metrics(self) -> dict[str, float]:
-        return {key: float(total) / max(self.num_steps, 1) for key, total in self._sums.items()}
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
+        return {key: float(total) / max(fit.num_steps, 1) for key, total in self._sums.items()}
 
-    def upload(self) -> dict[str, torch.Tensor]:
+    def upload(self, fit: FitStatistics) -> dict[str, torch.Tensor]:
         return {f"{n}/{k}": self._state[f"{n}/{k}"].detach().float().cpu() for n in self.method.layers for k in RUNNING if f"{n}/{k}" in self._state}
 
 
@@ -140,6 +152,9 @@ class FedFA(FedAvg):
     """
 
     client_module = FedFAClient
+
+    def client_settings(self) -> FedFAClientSettings:
+        return FedFAClientSettings(self.p, self.momentum, self.eps, self.variance, tuple(self.layers))
 
     def __init__(
         self,

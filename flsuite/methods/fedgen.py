@@ -21,16 +21,17 @@ SGD with its rate decayed by 0.99 a round: configs/fedcir/fedgen_official_optimi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.server import ServerContext, ServerUpdate
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.generators import GeneratorMethod, draw_noise, frozen_generator
+from flsuite.methods.generators import GeneratorMethod, Noise, draw_noise, frozen_generator
 from flsuite.models.representation import check_contract
 
 
@@ -39,7 +40,21 @@ def decayed(value: float, decay: float, round: int) -> float:
     return max(1e-4, value * decay ** (round - 1)) if value > 0 else 0.0
 
 
-class FedGenClient(ClientModule):
+@dataclass(frozen=True)
+class FedGenClientSettings:
+    """What FedGen's clients read (see `FedGen`; `active`: a term is on, so label counts are uploaded)."""
+
+    alpha: float
+    beta: float
+    decay: float
+    noise_dim: int
+    hidden: int
+    noise: Noise
+    count_start: int
+    active: bool
+
+
+class FedGenClient(ClientModule[FedGenClientSettings]):
     """CE + α_t · CE of the local head on generator samples + β_t · KL(generator-sample prediction ‖ prediction)."""
 
     def begin(self) -> None:
@@ -63,14 +78,14 @@ class FedGenClient(ClientModule):
                 target = F.softmax(head(z_y), dim=1)
             latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
             loss = loss + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen) + decayed(m.beta, m.decay, r) * latent
-        return loss, {self.TASK_LOSS: ce, "y": y} if m.active() else {self.TASK_LOSS: ce}
+        return loss, {self.TASK_LOSS: ce, "y": y} if m.active else {self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
         """The label counts the server's generator is trained on."""
         self._counts += torch.bincount(statistics["y"], minlength=len(self._counts))
 
-    def upload(self) -> dict:
-        return {"label_counts": self._counts.cpu()} if self.method.active() else {}
+    def upload(self, fit: FitStatistics) -> dict:
+        return {"label_counts": self._counts.cpu()} if self.method.active else {}
 
 
 class FedGen(GeneratorMethod, FedAvg):
@@ -93,6 +108,9 @@ class FedGen(GeneratorMethod, FedAvg):
     """
 
     client_module = FedGenClient
+
+    def client_settings(self) -> FedGenClientSettings:
+        return FedGenClientSettings(self.alpha, self.beta, self.decay, self.noise_dim, self.hidden, self.noise, self.count_start, self.active())
 
     def __init__(
         self,

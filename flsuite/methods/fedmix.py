@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.phases import Phase, Rounds
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedmix_means import OWNER, Delivery, GroupMeans, pool
@@ -108,7 +109,17 @@ def naivemix_loss(
     return loss, {"ce": ce.mean(), "mean_label": mean_label.mean()}
 
 
-class FedMixClient(ClientModule):
+@dataclass(frozen=True)
+class FedMixClientSettings:
+    """What FedMix's clients read (see `FedMix`; `means`: the pooled means, set by `with_means`)."""
+
+    lam: float
+    variant: Variant
+    taylor_norm: TaylorNorm
+    means: dict[str, torch.Tensor] | None
+
+
+class FedMixClient(ClientModule[FedMixClientSettings]):
     """FedMix's or NaiveMix's loss against the pooled means (`method.means`, set by the protocol's exchange)."""
 
     def begin(self) -> None:
@@ -136,8 +147,8 @@ class FedMixClient(ClientModule):
             if f"term/{term}" in statistics:
                 self._sums[i] += statistics[f"term/{term}"].double()
 
-    def metrics(self) -> dict[str, float]:
-        steps = max(self.num_steps, 1)
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
+        steps = max(fit.num_steps, 1)
         terms = TERMS if self.method.variant == "fedmix" else TERMS[:2]
         return {t: float(self._sums[i]) / steps for i, t in enumerate(TERMS) if t in terms}
 
@@ -157,6 +168,9 @@ class FedMix(FedAvg):
     """
 
     client_module = FedMixClient
+
+    def client_settings(self) -> FedMixClientSettings:
+        return FedMixClientSettings(self.lam, self.variant, self.taylor_norm, self.means)
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from flsuite.federation.method import ClientModule, Method
+from flsuite.federation.method import ClientModule, FitStatistics, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps
@@ -30,9 +30,9 @@ from flsuite.methods.scaffold import effective_steps
 class FedNovaClient(ClientModule):
     """Plain local training; uploads a_k (float64) besides the weights."""
 
-    def upload(self) -> dict:
+    def upload(self, fit: FitStatistics) -> dict:
         momentum = self.local.sgd_momentum
-        return {"a": torch.tensor(effective_steps(max(self.num_steps, 1), momentum), dtype=torch.float64)}
+        return {"a": torch.tensor(effective_steps(max(fit.num_steps, 1), momentum), dtype=torch.float64)}
 
 
 class FedNova(Method):

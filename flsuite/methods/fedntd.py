@@ -8,6 +8,7 @@ The server aggregates as FedAvg.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -33,7 +34,15 @@ def ntd_loss(logits: torch.Tensor, global_logits: torch.Tensor, y: torch.Tensor,
     return tau**2 * F.kl_div(local, target, reduction="batchmean")
 
 
-class FedNTDClient(ClientModule):
+@dataclass(frozen=True)
+class FedNTDClientSettings:
+    """What FedNTD's clients read (see `FedNTD`)."""
+
+    tau: float
+    beta: float
+
+
+class FedNTDClient(ClientModule[FedNTDClientSettings]):
     """CE + β · not-true distillation from the frozen global model."""
 
     def begin(self) -> None:
@@ -57,6 +66,9 @@ class FedNTD(FedAvg):
     """
 
     client_module = FedNTDClient
+
+    def client_settings(self) -> FedNTDClientSettings:
+        return FedNTDClientSettings(self.tau, self.beta)
 
     def __init__(self, tau: float = 1.0, beta: float = 1.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

@@ -16,12 +16,13 @@ nothing); here it is plain CE (FedAvg's round 1). `alpha` fixes α for every rou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics, S
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import ClassSums, forward_with_representation, logits_as_representation
@@ -37,7 +38,7 @@ def prototype_contrastive_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.T
     return torch.where(mask, per, torch.zeros_like(per)).sum() / len(y)
 
 
-class LastEpochPrototypes(ClientModule):
+class LastEpochPrototypes(ClientModule[S]):
     """Accumulates the per-class mean representation over the last local epoch (FedProc and FPL upload it)."""
 
     def _start_prototypes(self) -> None:
@@ -49,13 +50,20 @@ class LastEpochPrototypes(ClientModule):
         if self.epoch == self.epochs - 1:
             self._sums.add(statistics["z"], statistics["y"], statistics["logits"].shape[1])
 
-    def upload(self) -> dict:
+    def upload(self, fit: FitStatistics) -> dict:
         if self._sums.counts is None:
             return {}
         return {"protos": self._sums.means().float().cpu(), "has": (self._sums.counts > 0).cpu()}
 
 
-class FedProcClient(LastEpochPrototypes):
+@dataclass(frozen=True)
+class FedProcClientSettings:
+    """What FedProc's clients read (see `FedProc`)."""
+
+    tau: float
+
+
+class FedProcClient(LastEpochPrototypes[FedProcClientSettings]):
     """α_t · prototype-contrastive loss + (1 − α_t) · CE; uploads its last epoch's prototypes."""
 
     def begin(self) -> None:
@@ -98,6 +106,9 @@ class FedProc(FedAvg):
     """
 
     client_module = FedProcClient
+
+    def client_settings(self) -> FedProcClientSettings:
+        return FedProcClientSettings(self.tau)
 
     def __init__(self, schedule_rounds: int = 100, alpha: float | None = None, tau: float = 1.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

@@ -14,12 +14,13 @@ weights, for heterogeneous models).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import ClassSums, forward_with_representation, logits_as_representation
@@ -32,7 +33,14 @@ def masked_mse(z: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> tor
     return squared.sum() / (mask.sum().clamp(min=1) * z.shape[1])
 
 
-class FedProtoClient(ClientModule):
+@dataclass(frozen=True)
+class FedProtoClientSettings:
+    """What FedProto's clients read (see `FedProto`)."""
+
+    lam: float
+
+
+class FedProtoClient(ClientModule[FedProtoClientSettings]):
     """CE + λ · MSE to the global prototypes; gathers its own per-class mean representations."""
 
     def begin(self) -> None:
@@ -56,7 +64,7 @@ class FedProtoClient(ClientModule):
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
         self._sums.add(statistics["z"], statistics["y"], statistics["logits"].shape[1])
 
-    def upload(self) -> dict:
+    def upload(self, fit: FitStatistics) -> dict:
         if self._sums.counts is None:
             return {}
         return {"protos": self._sums.means().float().cpu(), "counts": self._sums.counts.cpu()}
@@ -71,6 +79,9 @@ class FedProto(FedAvg):
     """
 
     client_module = FedProtoClient
+
+    def client_settings(self) -> FedProtoClientSettings:
+        return FedProtoClientSettings(self.lam)
 
     def __init__(self, lam: float = 2.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

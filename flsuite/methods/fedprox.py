@@ -6,6 +6,7 @@ The server aggregates as FedAvg (∝ client sample count).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -15,7 +16,14 @@ from flsuite.federation.method import ClientModule
 from flsuite.methods.fedavg import FedAvg
 
 
-class FedProxClient(ClientModule):
+@dataclass(frozen=True)
+class FedProxClientSettings:
+    """What FedProx's clients read (see `FedProx`)."""
+
+    mu: float
+
+
+class FedProxClient(ClientModule[FedProxClientSettings]):
     """Cross-entropy plus μ/2‖w − w_global‖² over the trainable parameters."""
 
     def begin(self) -> None:
@@ -39,6 +47,9 @@ class FedProx(FedAvg):
     """
 
     client_module = FedProxClient
+
+    def client_settings(self) -> FedProxClientSettings:
+        return FedProxClientSettings(self.mu)
 
     def __init__(self, mu: float = 0.01, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

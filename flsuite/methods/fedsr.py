@@ -22,13 +22,14 @@ Decisions, from the official code (github.com/atuannguyen/FedSR, src/):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
@@ -77,7 +78,17 @@ def own_reference(weights: Weights) -> Weights:
     return {k: weights[k].detach().to("cpu", copy=True) for k in REFERENCE if k in weights}
 
 
-class FedSRClient(ClientModule):
+@dataclass(frozen=True)
+class FedSRClientSettings:
+    """What FedSR's clients read (see `FedSR`)."""
+
+    l2r: float
+    cmi: float
+    l2_squared: bool
+    reference: Literal["per_client", "averaged"]
+
+
+class FedSRClient(ClientModule[FedSRClientSettings]):
     """CE + α_L2R · L2 norm of z + α_CMI · KL to the reference Gaussian of the label; under `per_client` it trains
     its own r_μ, r_σ, C (from its state; a task without one keeps the model's) and keeps them out of the upload."""
 
@@ -104,7 +115,7 @@ class FedSRClient(ClientModule):
             loss = loss + m.cmi * gaussian_kl(mu * scale, sigma * scale, r_mu[y], sigma_r).mean()
         return loss, {self.TASK_LOSS: ce}
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         return {"reference": own_reference(self.model.state_dict())} if self.method.reference == "per_client" else self.task.state
 
 
@@ -121,6 +132,9 @@ class FedSR(FedAvg):
     """
 
     client_module = FedSRClient
+
+    def client_settings(self) -> FedSRClientSettings:
+        return FedSRClientSettings(self.l2r, self.cmi, self.l2_squared, self.reference)
 
     def __init__(
         self,

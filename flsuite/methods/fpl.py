@@ -15,6 +15,7 @@ Round 1 has no prototypes: FedAvg's round 1. τ = 0.02 (the paper; the code's de
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -93,7 +94,14 @@ def fpl_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch
     return per.sum() / len(y)
 
 
-class FPLClient(LastEpochPrototypes):
+@dataclass(frozen=True)
+class FPLClientSettings:
+    """What FPL's clients read (see `FPL`)."""
+
+    tau: float
+
+
+class FPLClient(LastEpochPrototypes[FPLClientSettings]):
     """CE + FPL's cluster and unbiased prototype loss; uploads its last epoch's prototypes."""
 
     def begin(self) -> None:
@@ -117,6 +125,9 @@ class FPL(FedAvg):
     """
 
     client_module = FPLClient
+
+    def client_settings(self) -> FPLClientSettings:
+        return FPLClientSettings(self.tau)
 
     def __init__(self, tau: float = 0.02, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

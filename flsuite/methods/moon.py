@@ -13,18 +13,27 @@ no local update can move, so the logits are used instead (GGEUR spec §8 A18).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 from flsuite.federation.task import State
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, frozen_copy, logits_as_representation
 
 
-class MoonClient(ClientModule):
+@dataclass(frozen=True)
+class MoonClientSettings:
+    """What MOON's clients read (see `MOON`)."""
+
+    mu: float
+    temperature: float
+
+
+class MoonClient(ClientModule[MoonClientSettings]):
     """CE + μ · model-contrastive loss; keeps its trained weights (the next round's previous model) as state."""
 
     def begin(self) -> None:
@@ -46,7 +55,7 @@ class MoonClient(ClientModule):
         ce = F.cross_entropy(logits, y)
         return ce + self.method.mu * contrastive, {self.TASK_LOSS: ce}
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         return {"prev": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}}
 
 
@@ -61,6 +70,9 @@ class MOON(FedAvg):
     """
 
     client_module = MoonClient
+
+    def client_settings(self) -> MoonClientSettings:
+        return MoonClientSettings(self.mu, self.temperature)
 
     def __init__(self, mu: float = 1.0, temperature: float = 0.5, weighting: Literal["samples", "uniform"] = "samples") -> None:
         super().__init__(weighting=weighting)

@@ -24,10 +24,11 @@ steps are not linear in the gradient; they use K.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from flsuite.federation.method import ClientModule, Method
+from flsuite.federation.method import ClientModule, FitStatistics, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 
@@ -41,7 +42,14 @@ def effective_steps(steps: int, momentum: float) -> float:
     return (steps - b * (1 - b**steps) / (1 - b)) / (1 - b)
 
 
-class ScaffoldClient(ClientModule):
+@dataclass(frozen=True)
+class ScaffoldClientSettings:
+    """What SCAFFOLD's clients read (see `Scaffold`)."""
+
+    effective_steps: bool
+
+
+class ScaffoldClient(ClientModule[ScaffoldClientSettings]):
     """Adds (c − c_k) to each trainable parameter's gradient; computes c_k⁺ (option II) after local training."""
 
     def begin(self) -> None:
@@ -58,8 +66,8 @@ class ScaffoldClient(ClientModule):
     def gradient_offset(self) -> dict[str, torch.Tensor]:
         return self._correction
 
-    def end(self) -> None:
-        scale = 1.0 / (self.steps_taken() * self.local.lr_at(self.task.round))
+    def end(self, fit: FitStatistics) -> None:
+        scale = 1.0 / (self.steps_taken(fit.num_steps) * self.local.lr_at(self.task.round))
         delta_y, delta_c, new_c_i = {}, {}, {}
         for n, p in self.model.named_parameters():
             if n not in self._correction:
@@ -73,16 +81,16 @@ class ScaffoldClient(ClientModule):
         self._upload = {"delta_y": delta_y, "delta_c": delta_c}
         self._new_c_i = new_c_i
 
-    def steps_taken(self) -> float:
-        """K (textbook) or K_eff for SGD with momentum: the divisor of (x − y)/η_l in option II."""
-        steps = max(self.num_steps, 1)
+    def steps_taken(self, num_steps: int) -> float:
+        """K (textbook) or K_eff for SGD with momentum after `num_steps` steps: the divisor of (x − y)/η_l in option II."""
+        steps = max(num_steps, 1)
         momentum = self.local.sgd_momentum
         return effective_steps(steps, momentum) if self.method.effective_steps else float(steps)
 
-    def upload(self) -> dict:
+    def upload(self, fit: FitStatistics) -> dict:
         return self._upload
 
-    def next_state(self) -> State:
+    def next_state(self, fit: FitStatistics) -> State:
         return {"c_i": self._new_c_i}
 
 
@@ -97,6 +105,9 @@ class Scaffold(Method):
     """
 
     client_module = ScaffoldClient
+
+    def client_settings(self) -> ScaffoldClientSettings:
+        return ScaffoldClientSettings(self.effective_steps)
 
     def __init__(self, server_lr: float = 0.25, effective_steps: bool = True) -> None:
         if server_lr <= 0:

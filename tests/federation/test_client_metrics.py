@@ -14,7 +14,7 @@ from torch import nn
 from flsuite import records
 from flsuite.data.builtin import UCIDigitsDomains
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.method import ClientModule, HyperParameters
+from flsuite.federation.method import ClientModule, FitStatistics, HyperParameters
 from flsuite.federation.phases import client_metrics
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
@@ -31,7 +31,7 @@ def metrics(run_dir: Path) -> list[dict]:
 class ReportingClient(ClientModule):
     """Reports its client id (every client) and a constant (client 0 only)."""
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
         return {"id": float(self.task.client_id), **({"only_zero": 5.0} if self.task.client_id == 0 else {})}
 
 
@@ -89,9 +89,13 @@ class ProbingClient(ClientModule):
         torch.randn(100)
         loss = F.cross_entropy(self.model(x + torch.randn_like(x)), y)
         grads = torch.autograd.grad(loss, [p for p in self.model.parameters() if p.requires_grad])
-        ProbingClient.calls.append({"steps": self.num_steps, "batch": len(y), "weights": weights, "norm": float(grads[0].norm())})
+        ProbingClient.calls.append({"steps": getattr(self, "steps", 0), "batch": len(y), "weights": weights, "norm": float(grads[0].norm())})
 
-    def metrics(self) -> dict[str, float]:
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor):
+        self.steps = getattr(self, "steps", 0) + 1  # one call per step
+        return super().local_loss(x, y)
+
+    def metrics(self, fit: FitStatistics) -> dict[str, float]:
         return {"norm": ProbingClient.calls[-1]["norm"]}
 
 

@@ -4,6 +4,7 @@ communication accounting, and rounds committed only when complete (interrupts an
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -109,8 +110,11 @@ def trip(where: str) -> None:
 
 
 class InterruptedClient(Scaffold.client_module):
+    """Interrupts client 1's fit in round 3 at its third step (the lean loop: one `local_loss` per step)."""
+
     def local_loss(self, x, y):
-        if self.task.round == 3 and self.task.client_id == 1 and self.num_steps == 2:
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.task.round == 3 and self.task.client_id == 1 and self.calls == 3:
             trip("client fit")
         return super().local_loss(x, y)
 
@@ -277,8 +281,13 @@ def test_scaffold_uploads_two_parameter_sets_and_downloads_weights_plus_c(tmp_pa
 
 
 # ---- what a client receives --------------------------------------------------------------------------------------
-class EchoClient(ClientModule):
-    def upload(self):
+@dataclass(frozen=True)
+class EchoSettings:
+    k: float
+
+
+class EchoClient(ClientModule[EchoSettings]):
+    def upload(self, fit):
         return {"seen_k": torch.tensor(float(self.method.k)), "own": self.task.broadcast.get("own", torch.zeros(1))}
 
 
@@ -291,6 +300,9 @@ class PerClient(FedAvg):
         super().__init__()
         self.k = 1.0
         self.seen: list[dict] = []
+
+    def client_settings(self) -> EchoSettings:
+        return EchoSettings(self.k)
 
     def broadcast_to(self, round, client_id, server_state, shared):
         return {**shared, "own": torch.tensor([float(client_id)])}
@@ -306,7 +318,7 @@ def test_clients_get_their_own_extras_and_a_read_only_snapshot_of_the_method(tmp
     head_federation(tmp_path, method=method).fit()
     assert method.seen == [{k: (1.0, float(k)) for k in range(4)}] * 3  # the start value of k, every round
     with pytest.raises(AttributeError, match="read-only"):
-        HyperParameters(method).k = 3
+        HyperParameters(method).settings = EchoSettings(3.0)
 
 
 # ---- a step that asks the clients once, under the initial weights ------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,12 +52,20 @@ def records(run_dir: Path) -> list[dict]:
 
 
 # ---- test-only methods (module level, so Ray workers can import them) ------------------------------------------
-class Faulty(ClientModule):
+@dataclass(frozen=True)
+class FaultSettings:
+    mode: str
+    marker: str
+    client: int
+    round: int
+
+
+class Faulty(ClientModule[FaultSettings]):
     """Client `method.client` in round `method.round`: "once" raises on its first attempt, "exit" kills its worker
     process on its first attempt, "always" raises every time. "First" is marked by a file, seen by every worker."""
 
     def begin(self) -> None:
-        m: FaultyFedAvg = self.method  # type: ignore[assignment]
+        m = self.method
         if self.task.client_id != m.client or self.task.round != m.round:
             return
         if m.mode == "always":
@@ -75,6 +84,9 @@ class FaultyFedAvg(FedAvg):
     def __init__(self, mode: str, marker: str = "", client: int = 1, round: int = 2) -> None:
         super().__init__()
         self.mode, self.marker, self.client, self.round = mode, marker, client, round
+
+    def client_settings(self) -> FaultSettings:
+        return FaultSettings(self.mode, self.marker, self.client, self.round)
 
 
 # ---- tests ------------------------------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_client_loss_matches_hand_computation():
     sigma_g[0, 0] = 1e-5  # clamped to 1e-3 in the KL
     method = FedCiR(lam_reg=0.7, lam_align=0.3, noise_dim=4, hidden=16)
     task = ClientTask(2, 0, 0, {}, {"generator": gen.state_dict(), "mu_g": mu_g, "sigma_g": sigma_g})
-    client = FedCiRClient(model, method, LocalTraining(), task)
+    client = FedCiRClient(model, method.client_settings(), LocalTraining(), task)
     client.begin()
     x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 0, 1])
     torch.manual_seed(3)

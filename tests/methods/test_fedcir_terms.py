@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.local.steps import gather, probe
-from flsuite.federation.method import HyperParameters
+from flsuite.federation.method import FitStatistics, HyperParameters
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedcir import FedCiR, FedCiRClient, ProbabilisticEncoder
@@ -83,7 +83,7 @@ def _client(kl_reduction: str = "batch_mean", lam_reg: float = LAM_REG, lam_alig
     mu_g, sigma_g = torch.randn(3, 8), torch.rand(3, 8) + 0.5
     method = FedCiR(lam_reg=lam_reg, lam_align=lam_align, noise_dim=4, hidden=16, kl_reduction=kl_reduction)
     task = ClientTask(2, 0, 0, {}, {"generator": gen.state_dict(), "mu_g": mu_g, "sigma_g": sigma_g})
-    client = FedCiRClient(model, HyperParameters(method), LocalTraining(), task)
+    client = FedCiRClient(model, method.client_settings(), LocalTraining(), task)
     client.begin()
     return client, model, gen, mu_g, sigma_g
 
@@ -111,12 +111,12 @@ def test_logged_terms_and_shares_equal_a_hand_computation():
     client, model, gen, mu_g, sigma_g = _client()
     g = torch.Generator().manual_seed(4)
     batches = [(torch.randn(5, 6, generator=g), torch.tensor([0, 1, 2, 0, 1])), (torch.randn(5, 6, generator=g), torch.tensor([2, 2, 1, 0, 0]))]
-    hand = []
+    hand, fit = [], FitStatistics()
     for seed, (x, y) in zip((3, 4), batches):
         torch.manual_seed(seed)
         loss, statistics = client.local_loss(x, y)
-        gather(client, statistics)
-        client.num_steps += 1
+        gather(client, fit, statistics)
+        fit.num_steps += 1
         ce, reg, kl = _hand_terms(model, gen, mu_g, sigma_g, x, y, seed)
         total = ce + LAM_ALIGN * kl.mean() + LAM_REG * reg
         assert loss.item() == pytest.approx(total.item(), rel=1e-6)
@@ -137,12 +137,12 @@ def test_logged_terms_and_shares_equal_a_hand_computation():
         "reg_grad_vs_ce": _norm(LAM_REG * reg, params) / _norm(ce, params),
         "align_grad_vs_ce": _norm(LAM_ALIGN * kl.mean(), params) / _norm(ce, params),
     }
-    got = client.metrics()
+    got = client.metrics(fit)
     assert list(got) == list(expected)
     for k in expected:
         assert got[k] == pytest.approx(expected[k], rel=1e-5), k
         assert got[k] > 0, k
-    assert client.mean_task_loss == got["ce"]  # the FL-task loss is the CE, without the regularisers
+    assert fit.mean_task_loss == got["ce"]  # the FL-task loss is the CE, without the regularisers
 
 
 def test_batch_sum_is_batch_size_times_batch_mean():

@@ -12,7 +12,7 @@ import torch
 
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.method import HyperParameters
+from flsuite.federation.method import FitStatistics, HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedfa import FedFA, FedFAClient
@@ -87,12 +87,12 @@ def test_a_client_moves_its_running_statistics_by_momentum_and_uploads_them():
         "features/var_mean": torch.ones(3),
         "features/var_std": torch.ones(3),
     }
-    client = FedFAClient(model, HyperParameters(FedFA(p=1.0, momentum=0.9)), LocalTraining(), ClientTask(2, 0, 0, {}, broadcast))
+    client = FedFAClient(model, FedFA(p=1.0, momentum=0.9).client_settings(), LocalTraining(), ClientTask(2, 0, 0, {}, broadcast))
     client.begin()
     x = torch.randn(4, 3)
     _, statistics = client.local_loss(x, torch.tensor([0, 1, 0, 1]))
     client.gather({k: v.detach() for k, v in statistics.items()})
-    up = client.upload()
+    up = client.upload(FitStatistics())
     torch.testing.assert_close(up["features/mean"], 0.9 * broadcast["features/mean"] + 0.1 * x.mean(0))
     torch.testing.assert_close(up["features/std"], 0.9 * torch.ones(3) + 0.1 * torch.full((3,), EPS**0.5))
     assert set(up) == {"features/mean", "features/std"}
@@ -113,7 +113,7 @@ def test_p_zero_trains_as_fedavg_and_the_statistics_bytes_are_counted_exactly(tm
 
 
 def test_unknown_layers_are_named():
-    client = FedFAClient(MLP(hidden=[4]).build((3,), 2), HyperParameters(FedFA(layers=["9"])), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedFAClient(MLP(hidden=[4]).build((3,), 2), FedFA(layers=["9"]).client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(ValueError, match=r"FedFA layers \['9'\] are not submodules"):
         client.begin()
 

@@ -14,6 +14,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from flsuite.data.base import Split
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.method import FitStatistics
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
@@ -65,7 +66,7 @@ def test_fedsr_client_loss_matches_hand_computation():
     with torch.no_grad():
         model.r_mu.normal_()
         model.C.fill_(1.5)
-    client = FedSRClient(model, FedSR(l2r=0.2, cmi=0.3), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedSRClient(model, FedSR(l2r=0.2, cmi=0.3).client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     client.begin()
     x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 0, 1])
     torch.manual_seed(4)
@@ -85,7 +86,7 @@ def test_fedsr_client_loss_matches_hand_computation():
 def test_fedsr_cmi_needs_the_reference_gaussians():
     from flsuite.methods.fedcir import ProbabilisticEncoder
 
-    client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR(), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR().client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(TypeError, match="FedSRModel"):
         client.begin()
 
@@ -124,7 +125,7 @@ def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
     task = executor.tasks[4]
     model = FedSRModel(**SR_MODEL).build((8,), 3)
     model.load_state_dict(task.global_weights)
-    FedSRClient(model, FedSR(), LocalTraining(), task).begin()  # the client trains from its own, not the download
+    FedSRClient(model, FedSR().client_settings(), LocalTraining(), task).begin()  # the client trains from its own, not the download
     assert same({k: v.detach() for k, v in model.state_dict().items() if k in REFERENCE}, previous[task.client_id])
     assert not same(round2[0].state["reference"], round1[0].state["reference"])  # trained on in round 2
     final = load_checkpoint(tmp_path).global_weights
@@ -197,7 +198,7 @@ def test_fedgen_client_loss_matches_hand_computation():
     model = Linear().build((8,), 3)
     gen = build_generator(3, 8, 4, 16, seed=1).eval()
     method = FedGen(alpha=2.0, beta=3.0, decay=0.9, noise_dim=4, hidden=16)
-    client = FedGenClient(model, method, LocalTraining(), ClientTask(3, 0, 0, {}, {"generator": gen.state_dict()}))
+    client = FedGenClient(model, method.client_settings(), LocalTraining(), ClientTask(3, 0, 0, {}, {"generator": gen.state_dict()}))
     client.begin()
     x, y = torch.randn(5, 8), torch.tensor([0, 1, 2, 0, 0])
     torch.manual_seed(2)
@@ -212,7 +213,7 @@ def test_fedgen_client_loss_matches_hand_computation():
     expected = F.cross_entropy(model(x), y) + 2.0 * 0.81 * F.cross_entropy(model.head(z_gen), y_gen) + 3.0 * 0.81 * latent
     assert torch.allclose(loss, expected, rtol=1e-5)
     assert decayed(10.0, 0.98, 1) == 10.0 and decayed(1.0, 0.5, 100) == 1e-4 and decayed(0.0, 0.98, 5) == 0.0
-    assert torch.equal(client.upload()["label_counts"], torch.tensor([4, 2, 2]))  # count_start 1 + the batch's labels
+    assert torch.equal(client.upload(FitStatistics())["label_counts"], torch.tensor([4, 2, 2]))  # count_start 1 + the batch's labels
 
 
 def test_fedgen_per_label_weights_and_every_head_counts():

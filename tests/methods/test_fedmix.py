@@ -117,7 +117,7 @@ def test_the_client_pairs_each_sample_with_a_drawn_mean(variant):
     means = {"x": torch.randn(7, 2), "y": F.softmax(torch.randn(7, 3), 1)}
     method = FedMix(lam=0.1, variant=variant).with_means(means)
     model = Linear().build((2,), 3)
-    client = FedMixClient(model, HyperParameters(method), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedMixClient(model, method.client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     client.begin()
     torch.manual_seed(3)
     loss, statistics = client.local_loss(X, Y)
@@ -129,7 +129,7 @@ def test_the_client_pairs_each_sample_with_a_drawn_mean(variant):
 
 
 def test_a_fedmix_without_its_exchange_says_so():
-    client = FedMixClient(Linear().build((2,), 3), HyperParameters(FedMix()), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedMixClient(Linear().build((2,), 3), FedMix().client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(RuntimeError, match="no global means"):
         client.begin()
 

@@ -17,7 +17,7 @@ from flsuite.data.base import FederatedData
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.choice import outside_a_run
 from flsuite.federation.local.loops import LocalFit
-from flsuite.federation.method import ClientModule, HyperParameters, Transport
+from flsuite.federation.method import ClientModule, FitStatistics, HyperParameters, Transport
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import is_finite
 from flsuite.models.heads import ModelSpec
@@ -109,10 +109,11 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     torch.manual_seed(task.seed)
     model = env.build_model()
     load_task_weights(model, task, env.method.transport)
-    client = env.method.client_module(model=model, method=env.method, local=local, task=task)
+    client = env.method.client_module(model=model, method=env.method.settings, local=local, task=task)
     batches, epochs = client_batches(split, local, task.seed)
-    make_trainer(local, max_epochs=epochs).fit(LocalFit(client), train_dataloaders=batches)
-    return client_result(client, env.method.transport, num_samples=len(split))
+    fit = LocalFit(client)
+    make_trainer(local, max_epochs=epochs).fit(fit, train_dataloaders=batches)
+    return client_result(client, fit.statistics, env.method.transport, num_samples=len(split))
 
 
 def load_task_weights(model: nn.Module, task: ClientTask, transport: Transport) -> None:
@@ -125,20 +126,20 @@ def load_task_weights(model: nn.Module, task: ClientTask, transport: Transport) 
         raise RuntimeError(f"client {task.client_id}'s task does not fit its model: missing {absent}, unexpected {sorted(unexpected)}")
 
 
-def client_result(client: ClientModule, transport: Transport, num_samples: int) -> ClientResult:
-    """The fit's outcome for the server: the weights the method declares travelling up (`transport.upward`, CPU
-    copies; nothing else of the model leaves the client), its upload, the client's next state, the fit's statistics
-    and metrics, and whether the whole trained model is finite."""
+def client_result(client: ClientModule, fit: FitStatistics, transport: Transport, num_samples: int) -> ClientResult:
+    """The fit's outcome for the server, built by the engine (not a hook): the weights the method declares travelling
+    up (`transport.upward`, CPU copies; nothing else of the model leaves the client), its upload, the client's next
+    state, the loop's statistics `fit` and the method's metrics, and whether the whole trained model is finite."""
     weights = client.model.state_dict()
     return ClientResult(
         client_id=client.task.client_id,
         num_samples=num_samples,
         weights={k: v.detach().to("cpu", copy=True) for k, v in transport.upward(weights).items()},
-        upload=client.upload(),
-        state=client.next_state(),
-        train_loss=client.mean_loss,
-        num_steps=client.num_steps,
-        task_loss=client.mean_task_loss,
-        metrics=client.metrics(),
+        upload=client.upload(fit),
+        state=client.next_state(fit),
+        train_loss=fit.mean_loss,
+        num_steps=fit.num_steps,
+        task_loss=fit.mean_task_loss,
+        metrics=client.metrics(fit),
         finite=is_finite(weights),
     )

@@ -47,7 +47,7 @@ def _torch_scan() -> Callable[..., Any] | None:
 scan = _torch_scan()
 
 if TYPE_CHECKING:
-    from flsuite.federation.method import ClientModule
+    from flsuite.federation.method import ClientModule, FitStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -171,9 +171,9 @@ class CompiledSteps:
     after it, as the lean loop leaves them) and a lone full batch an eager step; elsewhere each full batch is one
     compiled forward-and-backward (`CompiledBackward`) between the method's hooks and the optimiser's step."""
 
-    def __init__(self, client: ClientModule, optimizer: torch.optim.Optimizer) -> None:
-        self.client, self.optimizer = client, optimizer
-        self.backward = CompiledBackward(client)
+    def __init__(self, client: ClientModule, fit: FitStatistics, optimizer: torch.optim.Optimizer) -> None:
+        self.client, self.fit, self.optimizer = client, fit, optimizer
+        self.backward = CompiledBackward(client, fit)
         self.scans = scans_sgd(client, optimizer)
 
     @property
@@ -201,7 +201,7 @@ class CompiledSteps:
                     continue
             # the first step, a smaller batch, or (scanning) a lone full batch: eager, as a graph of its own would
             # cost seconds of compilation for one step; without scanning, a full batch is one compiled call
-            backward = functools.partial(eager_backward, self.client) if self.scanning else self.backward
+            backward = functools.partial(eager_backward, self.client, self.fit) if self.scanning else self.backward
             losses.append(one_step(*batches[i], backward).reshape(1))
             i += 1
         return losses
@@ -240,8 +240,8 @@ class CompiledSteps:
                 if momentum != 0:
                     state[p]["momentum_buffer"].copy_(buffers[n])
         for t in range(len(batches) if statistics else 0):
-            gather(self.client, {k: v[t] for k, v in statistics.items()})
-        self.client.num_steps += len(batches)
+            gather(self.client, self.fit, {k: v[t] for k, v in statistics.items()})
+        self.fit.num_steps += len(batches)
         return losses.detach()
 
 
@@ -252,8 +252,8 @@ class CompiledBackward:
     Full batches (`local.batch_size` samples) go through the compiled graph; the fit's first step and any smaller
     batch (an epoch's last) run eagerly, as in the lean loop — the same computation, one static graph."""
 
-    def __init__(self, client: ClientModule) -> None:
-        self.client = client
+    def __init__(self, client: ClientModule, fit: FitStatistics) -> None:
+        self.client, self.fit = client, fit
         self.loss_module = _LocalLoss(client)
         self.trainable = [(n, p) for n, p in self.loss_module.named_parameters() if p.requires_grad]
         self.reached: list[tuple[str, nn.Parameter]] = []  # decided by the first (eager) step
@@ -276,13 +276,13 @@ class CompiledBackward:
             ) from e
         for n, p in self.reached:
             p.grad = grads[n]
-        gather(self.client, statistics)
+        gather(self.client, self.fit, statistics)
         return loss
 
     def _eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The lean loop's step. The first one of a fit also records which parameters the loss reaches, and the
         optimiser creates its state (momentum buffers) in it exactly as in the lean loop."""
-        loss = eager_backward(self.client, x, y)
+        loss = eager_backward(self.client, self.fit, x, y)
         if self.compiled is not None:
             return loss
         self.reached = [(n, p) for n, p in self.trainable if p.grad is not None]

@@ -30,15 +30,17 @@ from flsuite.federation.local.steps import (
     gradient_offset_pairs,
     probe,
 )
-from flsuite.federation.method import ClientModule
+from flsuite.federation.method import ClientModule, FitStatistics
 
 
 class LocalFit(L.LightningModule):
-    """One client's local training in one round, run by `Trainer.fit` (see the module docstring)."""
+    """One client's local training in one round, run by `Trainer.fit` (see the module docstring). It counts the
+    fit's losses and steps in `statistics` and hands them to the client's hooks that run after the fit."""
 
     def __init__(self, client: ClientModule) -> None:
         super().__init__()
         self.client = client
+        self.statistics = FitStatistics()
         self.automatic_optimization = client.local.loop == "standard"
         self._compiled_steps: CompiledSteps | None = None
         self._probed = False  # `ClientModule.probe` runs once per fit, on its first batch
@@ -57,14 +59,14 @@ class LocalFit(L.LightningModule):
         self.client.epoch = self.current_epoch
 
     def on_fit_end(self) -> None:
-        self.client.end()
+        self.client.end(self.statistics)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
         """The lean and compiled loops: `batch` is an epoch's list of batches; the standard loop: one batch."""
         if self.automatic_optimization:  # local.loop: standard, one batch per step
             return self.standard_training_step(batch, batch_idx)
         epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]] = batch
-        client = self.client
+        client, fit = self.client, self.statistics
         optimizer = self.trainer.optimizers[0]  # the torch optimiser itself, stepped without Lightning's wrapper
         compiled = client.local.loop == "compiled"
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
@@ -77,7 +79,7 @@ class LocalFit(L.LightningModule):
             client.before_optimizer_step()
             step()
             client.after_optimizer_step()
-            client.num_steps += 1
+            fit.num_steps += 1
             return loss.detach()
 
         device = self.device
@@ -85,11 +87,11 @@ class LocalFit(L.LightningModule):
             self._probe(*epoch_batches[0])
         if compiled:
             if self._compiled_steps is None:
-                self._compiled_steps = CompiledSteps(client, optimizer)
+                self._compiled_steps = CompiledSteps(client, fit, optimizer)
             on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in epoch_batches]
             losses = torch.cat(self._compiled_steps.epoch(on_device, one_step)) if on_device else None
         else:
-            lean = functools.partial(eager_backward, client)
+            lean = functools.partial(eager_backward, client, fit)
             stepped = []
             for x, y in epoch_batches:
                 if x.device != device:
@@ -97,7 +99,7 @@ class LocalFit(L.LightningModule):
                 stepped.append(one_step(x, y, lean))
             losses = torch.stack(stepped) if stepped else None
         if losses is not None:  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
-            client._loss_sum += losses.double().cumsum(0)[-1].cpu()
+            fit.add_loss(losses.double().cumsum(0)[-1].cpu())
         return None
 
     def _probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -108,15 +110,13 @@ class LocalFit(L.LightningModule):
     def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
         returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
-        client = self.client
+        fit = self.statistics
         x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
         if not self._probed:
             self._probe(x, y)
-        loss = batch_loss(client, x, y)
-        if client._loss_sum.device != loss.device:
-            client._loss_sum = client._loss_sum.to(loss.device)  # accumulate on the device: no sync per step
-        client._loss_sum += loss.detach()
-        client.num_steps += 1
+        loss = batch_loss(self.client, fit, x, y)
+        fit.add_loss(loss.detach())  # on the loss's device: no sync per step
+        fit.num_steps += 1
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from flsuite.federation.method import ClientModule, LocalLoss
+from flsuite.federation.method import ClientModule, FitStatistics, LocalLoss
 
 
 def split_loss(out: LocalLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -16,29 +16,29 @@ def split_loss(out: LocalLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     return out if isinstance(out, tuple) else (out, {})
 
 
-def gather(client: ClientModule, statistics: dict[str, torch.Tensor]) -> None:
-    """One step's statistics: the FL-task loss (`ClientModule.TASK_LOSS`) to `add_task_loss`, the rest detached to
-    `client.gather`, with no gradient recorded; nothing left to gather: no call."""
+def gather(client: ClientModule, fit: FitStatistics, statistics: dict[str, torch.Tensor]) -> None:
+    """One step's statistics: the FL-task loss (`ClientModule.TASK_LOSS`) to the fit's `add_task_loss`, the rest
+    detached to `client.gather`, with no gradient recorded; nothing left to gather: no call."""
     if not statistics:
         return
     with torch.no_grad():
         rest = {k: v.detach() for k, v in statistics.items() if k != client.TASK_LOSS}
         if client.TASK_LOSS in statistics:
-            client.add_task_loss(statistics[client.TASK_LOSS])
+            fit.add_task_loss(statistics[client.TASK_LOSS])
         if rest:
             client.gather(rest)
 
 
-def batch_loss(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def batch_loss(client: ClientModule, fit: FitStatistics, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """`local_loss` on the batch, its statistics gathered; returns the loss (still to be differentiated)."""
     loss, statistics = split_loss(client.local_loss(x, y))
-    gather(client, statistics)
+    gather(client, fit, statistics)
     return loss
 
 
-def eager_backward(client: ClientModule, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def eager_backward(client: ClientModule, fit: FitStatistics, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The lean loop's gradient: `batch_loss`, `backward()` into `.grad`; returns the loss."""
-    loss = batch_loss(client, x, y)
+    loss = batch_loss(client, fit, x, y)
     loss.backward()
     return loss
 

@@ -33,9 +33,9 @@ def fit_head(server: ServerContext, split: Split, num_classes: int, settings: Ca
     )
     torch.manual_seed(server.seed_for(f"{purpose}/init"))
     model = Linear().build(tuple(split.x.shape[1:]), num_classes)
-    module = server.train(model, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), local, purpose)
+    fit = server.train(model, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), local, purpose)
     w = clone_weights(model.state_dict())
-    return {"weight": w["1.weight"], "bias": w["1.bias"]}, module.mean_loss
+    return {"weight": w["1.weight"], "bias": w["1.bias"]}, fit.mean_loss
 
 
 def personal_heads(

@@ -7,6 +7,7 @@ does not reach, hooks reading `.grad`), and a clear error for a loss dynamo cann
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
@@ -23,7 +24,7 @@ from flsuite.methods.fedgen import FedGen
 from flsuite.methods.fedntd import FedNTD
 from flsuite.methods.fedproc import FedProc
 from flsuite.methods.fedproto import FedProto
-from flsuite.methods.fedprox import FedProx
+from flsuite.methods.fedprox import FedProx, FedProxClient, FedProxClientSettings
 from flsuite.methods.fedsr import FedSR, FedSRModel
 from flsuite.methods.fpl import FPL
 from flsuite.methods.scaffold import Scaffold
@@ -364,14 +365,22 @@ def test_bad_loop_settings_are_refused(kwargs, message):
         LocalTraining(**kwargs)
 
 
-def test_read_only_hyperparameters_still_pickle_and_refuse_writes():
-    """HyperParameters reads `_method` as a plain attribute (dynamo traces it; object.__getattribute__ it did not)."""
+def test_read_only_hyperparameters_pickle_and_refuse_writes():
+    """What clients get of a method survives pickling (Ray), refuses writes, and its settings are a frozen dataclass:
+    `client_settings` returning anything else is refused when the phase starts."""
     hp = pickle.loads(pickle.dumps(HyperParameters(FedProx(mu=0.25))))
-    assert hp.mu == 0.25
+    assert hp.settings == FedProxClientSettings(mu=0.25) and hp.client_module is FedProxClient
     with pytest.raises(AttributeError, match="read-only"):
-        hp.mu = 1.0
-    with pytest.raises(AttributeError):
-        _ = hp.no_such_hyperparameter
+        hp.settings = FedProxClientSettings(mu=1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hp.settings.mu = 1.0  # type: ignore[misc]
+
+    class Loose(FedProx):
+        def client_settings(self):
+            return {"mu": self.mu}
+
+    with pytest.raises(TypeError, match=r"Loose.client_settings\(\) must return a frozen dataclass instance, got dict"):
+        HyperParameters(Loose())
 
 
 def test_layouts_key_the_compiled_functions():
