@@ -23,7 +23,7 @@ from flsuite.methods.generators import gaussian_kl
 def kl_scale(run_dir: Path) -> dict[str, float]:
     parser = fit_parser()
     fed = build_federation(parser, parser.parse_args(["--config", str(run_dir / "config.yaml")]))
-    data = fed.data.build(fed.seed)
+    data = fed.data.build(fed.seeds.data)  # the run's clients: its data seed
     state = load_checkpoint(run_dir)
     if "mu_g" not in state.server_state:
         raise SystemExit(f"{run_dir}: no μ_g/σ_g in the server state (not FedCiR with lam_align > 0)")

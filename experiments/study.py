@@ -26,6 +26,10 @@ each run's environment.json) stops before running anything, since its table woul
 rounds). A variant's list may also hold `--key=value` flags for that variant alone, in order with its overlays, so a
 grid needs no overlay files: "FedProx [mu 0.1]=configs/baselines/fedprox.yaml,--method.init_args.mu=0.1".
 
+Training noise on fixed clients (issue 38): `--train_seeds T1 T2 ...` runs every `--seeds` value as a data seed with each
+training seed (`--seed S --train_seed T`, README "Two seeds"), into `runs/<name>/<variant>/seed<S>-train<T>`; the
+table then averages over the (data seed × training seed) grid and pairs runs by both seeds.
+
 Selection on validation data (`--select_on val`, the suite's tuning policy, docs/results.md "Tuning policy"): the
 variants form method groups, a group being the variants whose labels agree up to " [" ("FedProx [mu 0.01]" and
 "FedProx [mu 0.1]" are the grid of "FedProx"; a label without " [" is a group of its own). Every variant runs on
@@ -57,6 +61,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import yaml
@@ -78,10 +83,28 @@ def config_args(base: Path, overlay: str) -> list[str]:
     return args
 
 
-def common_args(seed: int, extra: list[str], wandb_group: str | None = None) -> list[str]:
+class RunSeed(NamedTuple):
+    """A run's seeds in a study: `--seed data`, and `--train_seed train` unless None; shown (and named in the run's
+    folder, `seed<it>`) as `<data>` or `<data>-train<train>`."""
+
+    data: int
+    train: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.data) if self.train is None else f"{self.data}-train{self.train}"
+
+
+def run_seeds(seeds: list[int], train_seeds: list[int] | None) -> list[RunSeed]:
+    """The study's runs per variant: each data seed alone, or with each of `train_seeds` (the grid)."""
+    return [RunSeed(s, t) for s in seeds for t in (train_seeds or [None])]
+
+
+def common_args(seed: int | RunSeed, extra: list[str], wandb_group: str | None = None) -> list[str]:
     """The `flsuite fit` arguments every run of the study gets; with `wandb_group` it logs to W&B under that group."""
     wandb = ["--name", wandb_group, "--wandb.enabled", "true"] if wandb_group else ["--wandb.enabled", "false"]
-    return ["--seed", str(seed), "--progress", "false", *wandb, *extra]
+    seed = seed if isinstance(seed, RunSeed) else RunSeed(seed)
+    seeds = ["--seed", str(seed.data), *(["--train_seed", str(seed.train)] if seed.train is not None else [])]
+    return [*seeds, "--progress", "false", *wandb, *extra]
 
 
 def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> list[str]:
@@ -251,6 +274,7 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True)
     ap.add_argument("--variant", action="append", required=True, help='"Label=overlay.yaml[,more.yaml]" (empty = the base alone)')
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--train_seeds", type=int, nargs="+", help="training seeds run on each of --seeds as data seed (see above)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs_per_worker", type=int, default=50, help="runs a warm worker process runs before it is replaced (see above)")
     ap.add_argument("--fresh_processes", action="store_true", help="run every run as a flsuite fit process of its own (no warm workers)")
@@ -264,6 +288,8 @@ def main() -> None:
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
+    if bad := [s for s in [*args.seeds, *(args.train_seeds or [])] if not 0 <= s < 2**32]:
+        sys.exit(f"--seeds and --train_seeds must be integers in [0, 2**32) (flsuite.seeding), got {bad}")
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     runs = args.runs / args.name
     if args.wandb_report:
@@ -289,6 +315,8 @@ def main() -> None:
     if args.select_seeds and (not args.select_on or not set(args.select_seeds) <= set(args.seeds)):
         sys.exit(f"--select_seeds {args.select_seeds} needs --select_on and must be among --seeds {args.seeds}")
     grid_seeds = select_seeds if args.select_on else args.seeds
+    # From here a seed is a run's (data seed, training seed): the grid with --train_seeds.
+    args.seeds, select_seeds, grid_seeds = (run_seeds(s, args.train_seeds) for s in (args.seeds, select_seeds, grid_seeds))
 
     group = args.name if args.wandb_report else None
 

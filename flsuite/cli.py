@@ -223,9 +223,12 @@ def run_features(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str] = (
     if cache_dir is not None and (hit := cache_index.lookup(cache_dir, keys[0])) is not None:
         return cache_index.rewrite(cache_dir, keys[1:], hit).answer(start)
     init = parser.instantiate(cfg)
+    from flsuite.seeding import resolve_seeds
+
     start = time.perf_counter()
     with progress.shown(cfg.progress), cache_index.recording() as used:
-        data = init.validation.apply(init.data.build(cfg.seed), cfg.seed)
+        seed = resolve_seeds(cfg.seed, cfg.data_seed, cfg.train_seed).data  # the clients' data: the data seed
+        data = init.validation.apply(init.data.build(seed), seed)
     seconds = time.perf_counter() - start
     n_train = sum(len(c.train) for c in data.clients)
     n_test = sum(len(s) for s in data.test.values())

@@ -61,13 +61,15 @@ class RunFolderError(ValueError):
     """A run folder cannot be used as asked (it holds another run, or a resume would change the experiment)."""
 
 
-def new_run_dir(output_dir: Path, name: str, seed: int) -> Path:
-    """Create and return a fresh, uniquely named run folder under `<output_dir>/<name>/` (atomic: mkdir, no reuse)."""
+def new_run_dir(output_dir: Path, name: str, seed: int | str) -> Path:
+    """Create and return a fresh, uniquely named run folder under `<output_dir>/<name>/` (atomic: mkdir, no reuse);
+    `seed`: the seed, or the seed part of the name (`flsuite.seeding.Seeds.label`: `seed0-train3`)."""
     parent = Path(output_dir) / name
     parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for _ in range(100):
-        path = parent / f"{stamp}-seed{seed}-{secrets.token_hex(2)}"
+        label = seed if isinstance(seed, str) else f"seed{seed}"
+        path = parent / f"{stamp}-{label}-{secrets.token_hex(2)}"
         try:
             path.mkdir(exist_ok=False)
             return path
@@ -92,7 +94,7 @@ def check_run_dir_free(run_dir: Path) -> Path:
     return run_dir
 
 
-def create_run_dir(run_dir: Path | None, output_dir: Path, name: str, seed: int) -> Path:
+def create_run_dir(run_dir: Path | None, output_dir: Path, name: str, seed: int | str) -> Path:
     """Create a checked run folder (`check_run_dir_free`), or for None a new uniquely named one (`new_run_dir`)."""
     if run_dir is None:
         return new_run_dir(output_dir, name, seed)
@@ -147,7 +149,8 @@ def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Ma
     config lacks because the option did not exist when that run started: it is unchanged when its new value is the
     option's default (`defaults`, flattened) or null."""
     a, b, defaults = flatten(old), flatten(new), defaults or {}
-    blocking, allowed = [], []
+    blocking: list[str] = []
+    allowed: list[str] = []
     for key in sorted(set(a) | set(b)):
         if key in a and key in b and a[key] == b[key]:
             continue

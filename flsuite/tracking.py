@@ -3,7 +3,7 @@
 Named `tracking` rather than `logging` so that it never shadows the standard library's module.
 
 Run folder layout:
-    config.yaml       resolved config (written by the CLI)      environment.json  seed, versions, code version, command line
+    config.yaml       resolved config (written by the CLI)      environment.json  seeds, versions, code version, command line
     partition.json    samples per client per class               partition.png     its heat-map
     setup.json        setup-stage metrics (e.g. GGEUR bytes)
     metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from flsuite.interrupts import RunInterrupted
 from flsuite.plots import plot_convergence, plot_partition
 from flsuite.provenance import code_version
 from flsuite.records import ACC_PREFIX, LAST_PREFIX, ROUND, RoundTraffic, summary_prefix
+from flsuite.seeding import Seeds
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ class WandbConfig:
     project: str = "flsuite"
     entity: str | None = None
     tags: list[str] = field(default_factory=list)
+
+
+#: wandb.init's modes; WANDB_MODE may also hold its older spellings (e.g. `dryrun`), which wandb.init still takes.
+WandbMode = Literal["online", "offline", "disabled", "shared"]
 
 
 def _resolve_wandb_mode(mode: str) -> str:
@@ -97,8 +102,9 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def environment_info(seed: int) -> dict[str, Any]:
-    """What is needed to reproduce a run besides its config; `code`: the package version, git commit and uncommitted
+def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
+    """What is needed to reproduce a run besides its config; `seed` and the data and training seeds it ran with
+    (`seeds`, default both `seed`: `flsuite.seeding.Seeds`); `code`: the package version, git commit and uncommitted
     changes (`flsuite.provenance.code_version`), which decide whether a study driver may reuse the run."""
     import lightning
     import torch
@@ -112,7 +118,16 @@ def environment_info(seed: int) -> dict[str, Any]:
         versions["flsuite"] = "source"
     from flsuite.runtime import thread_counts
 
-    return {"seed": seed, "versions": versions, "code": code_version(), "platform": platform.platform(), "argv": sys.argv, "threads": thread_counts()}
+    seeds = seeds or Seeds(seed, seed)
+    return {
+        "seed": seed,
+        **seeds.as_record(),
+        "versions": versions,
+        "code": code_version(),
+        "platform": platform.platform(),
+        "argv": sys.argv,
+        "threads": thread_counts(),
+    }
 
 
 #: W&B exit codes: 0 = finished, 1 = failed (an error stopped the run), 255 = interrupted (Ctrl-C; W&B's own
@@ -193,13 +208,13 @@ class Tracker:
             run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
             kwargs.update(id=run_id, resume="allow", name=self.run_dir.name)
         try:
-            run = wandb.init(mode=mode, settings=_run_settings(mode), **kwargs)
+            run = wandb.init(mode=cast(WandbMode, mode), settings=_run_settings(mode), **kwargs)
         except Exception as err:  # no network, bad key: keep the experiment going, offline
             if mode == "offline":
                 raise
             log.warning("W&B online init failed (%s); logging offline instead", err)
             mode = "offline"
-            run = wandb.init(mode=mode, settings=_run_settings(mode), **kwargs)
+            run = wandb.init(mode=cast(WandbMode, mode), settings=_run_settings(mode), **kwargs)
         if mode == "offline":
             log.info("W&B logs offline (%s)", _offline_reason(cfg.mode))
         id_file.write_text(run.id)
@@ -263,7 +278,7 @@ class Tracker:
             except KeyError:  # no evaluated round
                 prefix = LAST_PREFIX
             rows = [[d, summary.get(f"{prefix}{ACC_PREFIX}{d}"), summary.get(f"{LAST_PREFIX}{ACC_PREFIX}{d}")] for d in domains]
-            columns = ["domain", f"{prefix.rstrip('/')}_avg", "last"]
+            columns: list[str | int] = ["domain", f"{prefix.rstrip('/')}_avg", "last"]
             final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=columns, data=rows)}
             if png.is_file():
                 final["convergence"] = wandb.Image(str(png))

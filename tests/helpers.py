@@ -118,7 +118,7 @@ def initial_weights(fed: Federation, data=None):
     from flsuite.seeding import derive_seed
 
     data = data if data is not None else fed.build_data()[0]
-    torch.manual_seed(derive_seed(fed.seed, purpose="model_init"))
+    torch.manual_seed(derive_seed(fed.seeds.train, purpose="model_init"))
     return clone_weights(fed.model.build(data.input_shape, data.num_classes).state_dict())
 
 

@@ -29,8 +29,9 @@ def group_by_parent(runs: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 #: Config keys that say how or where a run executed, not what it computed (the resume check's allowed changes, less
-#: `last_k`, which changes the final numbers), plus the seed and `resume` (in a `--print_config` dump fed back).
-EXECUTION_KEYS = (*(k for k in ALLOWED_CHANGES if k != "last_k"), "seed", "resume")
+#: `last_k`, which changes the final numbers), plus the seeds (`seed`, `data_seed`, `train_seed`: runs of one experiment
+#: over a grid of data and training seeds form one group) and `resume` (in a `--print_config` dump fed back).
+EXECUTION_KEYS = (*(k for k in ALLOWED_CHANGES if k != "last_k"), "seed", "data_seed", "train_seed", "resume")
 
 
 def experiment(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from flsuite.records import (
     query_totals,
     summary_prefix,
 )
+from flsuite.seeding import config_seeds
 
 
 @dataclass
@@ -50,8 +51,9 @@ class GroupStats:
     round_s: list[float] = field(default_factory=list)
 
     def seeds(self) -> str:
-        """How many seeds the group averages, and how many runs when a seed was run twice."""
-        seeds = {r.config.get("seed", i) for i, r in enumerate(self.runs)}
+        """How many seeds the group averages — distinct (data seed, training seed) pairs (`flsuite.seeding.Seeds`) —
+        and how many runs when a pair was run twice."""
+        seeds = {config_seeds(r.config) or i for i, r in enumerate(self.runs)}
         return str(len(seeds)) if len(seeds) == len(self.runs) else f"{len(seeds)} ({len(self.runs)} runs)"
 
 
@@ -183,9 +185,12 @@ def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float]) -> PairedD
 
 
 def pair_key(config: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:
-    """What pairs a run with another group's: its config's `seed` and any other top-level `*_seed` key (None: the
-    config records no seed, the run pairs with nothing)."""
-    key = tuple((k, config[k]) for k in sorted(config) if k == "seed" or k.endswith("_seed"))
+    """What pairs a run with another group's: the data and training seeds its config ran with (`config_seeds`: a
+    config with only `seed` pairs with one whose `data_seed` and `train_seed` equal it) and any other top-level
+    `*_seed` key (None: the config records no seed, the run pairs with nothing)."""
+    seeds = config_seeds(config)
+    own = (("data_seed", seeds.data), ("train_seed", seeds.train)) if seeds is not None else ()
+    key = own + tuple((k, config[k]) for k in sorted(config) if k.endswith("_seed") and k not in ("data_seed", "train_seed"))
     return key or None
 
 

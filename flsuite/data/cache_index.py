@@ -3,7 +3,7 @@
 After a build that embedded (or found cached) every image it needs, `flsuite features` writes one entry in
 `<cache_dir>/index/<key>.json`, under two keys:
 
-- the *request*: the resolved config's `data`, `seed` and `validation`, the working directory, `$FLSUITE_DATA` and
+- the *request*: the resolved config's `data`, data seed (`data_seed`, else `seed`) and `validation`, the working directory, `$FLSUITE_DATA` and
   `$FLSUITE_CACHE` (what decides which files are read and which rows embedded), and the stats of any file the config
   names (e.g. a local encoder checkpoint);
 - the *command line*: its arguments and those same places, the bytes of its `--config` files and the stats of any file
@@ -144,8 +144,11 @@ def _named_files(value: object, bases: Sequence[Path]) -> list[dict[str, Any]]:
 
 
 def request_key(resolved: Mapping[str, Any]) -> str:
-    """The index key of a resolved config (a dict of `flsuite fit --print_config`): its data, seed and validation."""
+    """The index key of a resolved config (a dict of `flsuite fit --print_config`): its data, data seed (under `seed`:
+    the key of a config without `data_seed` is as before it existed) and validation."""
     request = {k: resolved.get(k) for k in ("data", "seed", "validation")}
+    if resolved.get("data_seed") is not None:  # `flsuite.seeding.Seeds`: the data seed decides the build, not `seed`
+        request["seed"] = resolved["data_seed"]
     return _digest({"request": request, "places": _places(), "files": _named_files(request, [Path.cwd()])})
 
 

@@ -25,7 +25,7 @@ from flsuite.federation.task import ClientResult, LocalTraining, Weights
 from flsuite.federation.weights import digest
 from flsuite.models.heads import ModelSpec
 from flsuite.records import PHASE
-from flsuite.seeding import derive_seed
+from flsuite.seeding import Seeds, derive_seed
 
 if TYPE_CHECKING:
     from flsuite.federation.phases import Phase
@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The run's settings that phases read (see `Federation` for each); frozen: a phase cannot change its run."""
+    """The run's settings that phases read (see `Federation` for each); frozen: a phase cannot change its run.
+    `seed` is the training seed (every stream a phase draws); `data_seed` is for data a phase builds (server-held
+    data and its subsets)."""
 
     seed: int
+    data_seed: int
     rounds: int
     model: ModelSpec
     method: Method
@@ -49,6 +52,10 @@ class RunSettings:
     eval_device: str
     progress: bool
     name: str
+
+    @property
+    def seeds(self) -> Seeds:
+        return Seeds(self.data_seed, self.seed)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from flsuite.progress import shown as progress_shown
 from flsuite.records import QUERY_PREFIX
 from flsuite.runfolder import check_run_dir_free, create_run_dir, write_config
 from flsuite.runtime import ThreadPolicy
+from flsuite.seeding import resolve_seeds
 from flsuite.tracking import (
     Tracker,
     WandbConfig,
@@ -61,7 +62,12 @@ class Federation:
         method: The FL method (server strategy + client module); null: the base `Method`, whose hooks are FedAvg's
             (the command line's default is `flsuite.methods.fedavg.FedAvg`, the same numbers).
         rounds: Communication rounds.
-        seed: Master seed; every random stream is derived from (seed, round, client, purpose).
+        seed: Master seed: the data seed and the training seed unless `data_seed` / `train_seed` set them; every
+            random stream is derived from (one of the two, round, client, purpose) (`flsuite.seeding.Seeds`).
+        data_seed: Seed of the clients' data (partition, seeded subsets and test splits, validation split, server-held
+            data); null: `seed`. Fix it and vary `train_seed` to repeat training on the same clients.
+        train_seed: Seed of the training (initialisation, client sampling, batch order and augmentation, client
+            queries, setup stages, server streams); null: `seed`.
         local: How each client trains locally per round.
         sampling: Which clients take part in each round.
         executor: Runs client fits (serial by default).
@@ -74,7 +80,8 @@ class Federation:
             failed ones in the round's `clients_failed`. Updates with NaN/Inf weights are always rejected and recorded
             in `clients_rejected`.
         name: Experiment name: the run folder's parent and the W&B group (so seeds group together).
-        output_dir: Where run folders are created (`<output_dir>/<name>/<time>-seed<seed>`).
+        output_dir: Where run folders are created (`<output_dir>/<name>/<time>-seed<seed>`, plus `-data<d>` /
+            `-train<t>` when a seed is overridden).
         run_dir: Use exactly this run folder instead.
         checkpoint_every: Write a round checkpoint every this many rounds (and after the last).
         eval_every: Evaluate the global model every this many rounds (and after the last).
@@ -97,6 +104,8 @@ class Federation:
         method: Method | None = None,
         rounds: int = 10,
         seed: int = 0,
+        data_seed: int | None = None,
+        train_seed: int | None = None,
         local: LocalTraining = LocalTraining(),
         sampling: ClientSampling = ClientSampling(),
         executor: Executor = lazy_instance(SerialExecutor),
@@ -121,6 +130,7 @@ class Federation:
         if checkpoint_every < 1 or eval_every < 1 or last_k < 1:
             raise ValueError("checkpoint_every, eval_every and last_k must be >= 1")
         self.data, self.model, self.method = data, model, method if method is not None else Method()
+        self.seeds = resolve_seeds(seed, data_seed, train_seed)  # checked before any work
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
         self.setup, self.server_steps = list(setup or []), list(server_steps or [])
         self.protocol: list[Phase] = list(protocol or self.method.protocol() or [Rounds()])
@@ -150,13 +160,18 @@ class Federation:
 
         `query` runs the stages' client queries (the run's executor); None: in this process.
         """
-        return self._setup(self.validation.apply(self.data.build(self.seed), self.seed), query)
+        return self._setup(self.raw_data(), query)
+
+    def raw_data(self) -> FederatedData:
+        """The federation's data before any setup stage: the source's build and the validation split, both drawn from
+        the data seed."""
+        return self.validation.apply(self.data.build(self.seeds.data), self.seeds.data)
 
     def _setup(self, fed: FederatedData, query=None) -> tuple[FederatedData, dict[str, float | int]]:
         metrics: dict[str, float | int] = {}
         for stage in self.setup:
             start = time.perf_counter()
-            result = stage.run(fed, self.seed, query=query)
+            result = stage.run(fed, self.seeds.train, query=query)
             fed = result.data
             name = type(stage).__name__.lower()
             metrics.update({f"setup/{name}/{k}": v for k, v in result.metrics.items()})
@@ -172,12 +187,13 @@ class Federation:
         return fed, metrics
 
     def _env(self, fed: FederatedData) -> ClientEnvironment:
-        return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seed)
+        return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seeds.train)
 
     def settings(self, local: LocalTraining | None = None) -> RunSettings:
         """What the phases read of this run; `local`: the local training with its loop chosen (default: as configured)."""
         return RunSettings(
-            seed=self.seed,
+            seed=self.seeds.train,
+            data_seed=self.seeds.data,
             rounds=self.rounds,
             model=self.model,
             method=self.method,
@@ -204,7 +220,7 @@ class Federation:
         planned = self.resolve_run_dir(resume)
         check_run(self.model, self.local.accelerator, self.eval_device)
         loaded = load_checkpoint(resume) if resume is not None else None
-        raw = self.validation.apply(self.data.build(self.seed), self.seed)  # held out before any setup stage sees it
+        raw = self.raw_data()  # validation held out before any setup stage sees it
         self.threads.apply(self._env(raw).step_flops())
         self.executor.start(self._env(raw))
         try:
@@ -212,12 +228,12 @@ class Federation:
             state = FederationState.empty()
             if resume is not None and loaded is not None:
                 state = self._resumed_state(resume, fed, loaded)
-            run_dir = create_run_dir(planned, self.output_dir, self.name, self.seed)
+            run_dir = create_run_dir(planned, self.output_dir, self.name, self.seeds.label(self.seed))
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
             choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
-            write_json(run_dir / "environment.json", environment_info(self.seed) | {"local_loop": choice.as_record()})
+            write_json(run_dir / "environment.json", environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()})
             tracker = Tracker(
                 run_dir, self.wandb, group=self.name, config=yaml.safe_load(config_yaml or "{}") or {}, labels=run_labels(self.method, self.data, self.setup)
             )

@@ -131,7 +131,7 @@ class ServerStep(abc.ABC):
 
     def prepare(self, run: RunContext) -> None:
         """Called at the start of every `Rounds` phase that uses the step (also on resume), e.g. to build server
-        data from `run.settings.seed`."""
+        data from the data seed (`run.settings.seeds.data`)."""
 
     def init_state(self, global_weights: Weights, run: RunContext) -> State:
         """The step's state when its phase starts (checkpointed; not recomputed on resume). `run.query` may ask the
@@ -162,7 +162,7 @@ class ServerFinetune(ServerStep):
         self._split: Split | None = None
 
     def prepare(self, run: RunContext) -> None:
-        self._split = self.data.build(run.settings.seed)
+        self._split = self.data.build(run.settings.seeds.data)
 
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
         if ctx.round % self.every or self._split is None:

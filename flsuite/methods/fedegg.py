@@ -203,7 +203,7 @@ class FedEGG(ServerStep):
         self._local: LocalTraining | None = None
 
     def prepare(self, run: RunContext) -> None:
-        seed = run.settings.seed
+        seed = run.settings.seeds.data  # the guiding set and its L^g subset are data: the data seed (flsuite.seeding)
         built = self.data.source.build(seed)
         self._split = self.data.pool(built)
         if len(self._split) == 0:
