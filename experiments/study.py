@@ -15,7 +15,7 @@ identical uncommitted changes, if any). Then a finished run is reused and a kill
 killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and
 the run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted first, one seed at a time (`flsuite features`), so parallel
 workers only read the cache. Workers run with one torch thread each. The runs run in `--workers` warm processes
-(`flsuite.pool.WarmPool`: each imports torch, Lightning and flsuite once, while the features are extracted, and then
+(`flsuite.pool.WarmPool`: each imports torch, Lightning and flsuite once, at the first run it takes, and then
 runs up to `--runs_per_worker` runs, each as `flsuite fit` would in a fresh process: its own environment, log, seed
 streams, thread policy, run folder and W&B run); a run whose worker dies fails alone (exit 137, the worker replaced).
 `--fresh_processes` runs every run as a `flsuite fit` process of its own instead (as before the pool). The table is `flsuite compare`'s (flsuite/compare/)
@@ -302,7 +302,7 @@ def main() -> None:
 
     if args.workers < 1 or args.runs_per_worker < 1:
         sys.exit(f"--workers and --runs_per_worker must be >= 1, got {args.workers} and {args.runs_per_worker}")
-    # The warm workers start now: their imports overlap the feature extraction below.
+    # The warm workers start with the first runs (none when every run is reused).
     warm = None if args.fresh_processes else WarmPool(args.workers, args.runs_per_worker)
     for seed in args.seeds:  # fill the feature cache once per seed before parallel runs
         cmd = [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.base), "--seed", str(seed), *extra]

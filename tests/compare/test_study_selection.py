@@ -108,7 +108,7 @@ def test_select_seeds_runs_the_grid_on_those_seeds_and_only_the_chosen_variants_
     scores = {"--method.init_args.mu=0.01": (60, 70), "--method.init_args.mu=0.1": (90, 60)}  # (test, validation)
     ran: list[tuple[str, int]] = []
 
-    def fake_run(cmd: list[str], log: Path, parallel: int = 1) -> int:
+    def fake_run(cmd: list[str], log: Path, parallel: int = 1, pool: object = None) -> int:
         if cmd[3] == "features":
             return 0
         seed, run_dir = int(cmd[cmd.index("--seed") + 1]), Path(cmd[cmd.index("--run_dir") + 1])
