@@ -20,6 +20,10 @@ Decisions:
   executor (serial or Ray give the same numbers, docs/scale-out.md). Every other key counts, including `seed`,
   `last_k` and `target_acc` (they change summary.json), `threads` and `local.accelerator`/`eval_device` (they change
   the last bits), and a key present on one side only (an option added since: the commits differ anyway).
+- A resumed run (`flsuite fit --resume`) keeps the code that began it under `code` and appends each resume's code to
+  `resumes` (`flsuite.tracking.resumed_environment`). A run resumed under other code than it began with was made by
+  more than one code version: `recorded_code` marks it (`resumed_by`, shown by `code_label`), `same_experiment` never
+  reuses it and `code_mix` counts it apart.
 """
 
 from __future__ import annotations
@@ -113,20 +117,41 @@ def code_version() -> dict[str, Any]:
 
 
 def code_label(code: Mapping[str, Any] | None) -> str:
-    """A code version in short: `8465eba6c6`, `8465eba6c6 + uncommitted 9f2c01d3`, or `no commit recorded`."""
+    """A code version in short: `8465eba6c6`, `8465eba6c6 + uncommitted 9f2c01d3`, or `no commit recorded`; a run
+    resumed under other code adds `, resumed by <label>`."""
     if not code or not code.get("commit"):
-        return "no commit recorded"
-    label = str(code["commit"])[:10]
-    return f"{label} + uncommitted {str(code.get('uncommitted'))[:8]}" if code.get("dirty") else label
+        label = "no commit recorded"
+    else:
+        label = str(code["commit"])[:10]
+        label = f"{label} + uncommitted {str(code.get('uncommitted'))[:8]}" if code.get("dirty") else label
+    resumed = code.get("resumed_by") if code else None
+    return f"{label}, resumed by {', '.join(map(str, resumed))}" if resumed else label
+
+
+def _same_code(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ("version", "commit", "uncommitted"))
+
+
+def environment_code(environment: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The code version of an environment.json's content: the code that began the run (None when it recorded none),
+    with `resumed_by` (the labels of the other code versions that resumed it) when a resume ran other code."""
+    code = environment.get("code")
+    code = code if isinstance(code, dict) else None
+    resumes = environment.get("resumes")
+    later = [r.get("code") for r in resumes if isinstance(r, dict)] if isinstance(resumes, list) else []
+    others = list(dict.fromkeys(code_label(c) for c in later if not _same_code(c, code)))
+    if not others:
+        return code
+    return {**(code or {}), "resumed_by": others}
 
 
 def recorded_code(run_dir: Path) -> dict[str, Any] | None:
-    """The code version a run folder's environment.json recorded (None when it recorded none)."""
+    """The code version a run folder's environment.json recorded (`environment_code`; None when it recorded none)."""
     try:
-        code = json.loads((Path(run_dir) / "environment.json").read_text()).get("code")
-    except (OSError, ValueError, AttributeError):
+        environment = json.loads((Path(run_dir) / "environment.json").read_text())
+    except (OSError, ValueError):
         return None
-    return code if isinstance(code, dict) else None
+    return environment_code(environment) if isinstance(environment, dict) else None
 
 
 @dataclass(frozen=True)
@@ -169,7 +194,9 @@ def same_experiment(run_dir: Path, config_yaml: str, code: Mapping[str, Any] | N
             more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
             reasons.append(f"its config differs: {'; '.join(differ[:5])}{more}")
     old = recorded_code(run_dir)
-    if old is None or not old.get("commit"):
+    if old is not None and old.get("resumed_by"):
+        reasons.append(f"it was resumed under other code than it began with ({code_label(old)})")
+    elif old is None or not old.get("commit"):
         reasons.append("it recorded no commit (made before flsuite recorded its code version, or outside a git checkout)")
     elif not code.get("commit"):
         reasons.append("this code is not a git checkout (no commit to compare)")

@@ -3,7 +3,7 @@
 Named `tracking` rather than `logging` so that it never shadows the standard library's module.
 
 Run folder layout:
-    config.yaml       resolved config (written by the CLI)      environment.json  seeds, versions, code version, command line
+    config.yaml       resolved config (written by the CLI)      environment.json  seeds, versions, code, command line (+ resumes)
     partition.json    samples per client per class               partition.png     its heat-map
     setup.json        setup-stage metrics (e.g. GGEUR bytes)
     metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
@@ -96,6 +96,15 @@ def _run_settings(mode: str):
     return wandb.Settings(silent=True) if mode == "offline" else None
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file's content; None when it is missing, unreadable or not an object."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=float))
@@ -128,6 +137,18 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
         "argv": sys.argv,
         "threads": thread_counts(),
     }
+
+
+def resumed_environment(previous: Mapping[str, Any] | None, now: Mapping[str, Any], resumed_at: Mapping[str, int]) -> dict[str, Any]:
+    """environment.json after `flsuite fit --resume` (decision, issue 38): the record of the run's start is kept as
+    it was (its `code`, `versions`, `argv`, seeds, `local_loop`: the code that began the run) and the resume is
+    appended to `resumes` — its code, versions, command line, threads and where it continued (`resumed_at`: phase,
+    round). A run resumed under other code is so recorded, not refused (a killed run can be salvaged), and
+    `flsuite.provenance` treats it as made by more than one code version. A folder without a readable record (from
+    before environment.json) starts from `now`."""
+    base = dict(previous) if previous else {k: v for k, v in now.items() if k != "code"}
+    entry = {k: now[k] for k in ("code", "versions", "argv", "threads") if k in now} | dict(resumed_at)
+    return base | {"resumes": [*base.get("resumes", []), entry]}
 
 
 #: W&B exit codes: 0 = finished, 1 = failed (an error stopped the run), 255 = interrupted (Ctrl-C; W&B's own

@@ -150,3 +150,35 @@ def test_code_labels_and_the_mixed_code_warning():
     assert code_mix([CLEAN, None, CLEAN]) == (
         "Warning: these runs come from 2 code versions: aaaaaaaaaa (2 runs), no commit recorded (1 run); a table should hold runs of one."
     )
+
+
+def test_a_resume_keeps_the_starting_code_and_appends_its_own(tmp_path: Path, monkeypatch):
+    """`flsuite fit --resume` under other code (decision in flsuite.provenance): environment.json keeps the code that
+    began the run and appends the resume's; such a run is not reused and is named as made by both."""
+    from tests.federation.test_run import CrashAtRound
+    from tests.helpers import head_federation
+
+    with pytest.raises(KeyboardInterrupt):
+        head_federation(tmp_path / "run", executor=CrashAtRound(3)).fit()
+    env_file = tmp_path / "run" / "environment.json"
+    started = json.loads(env_file.read_text())
+    start_code = started["code"] = CLEAN
+    env_file.write_text(json.dumps(started))  # as if code aaaa… began it
+    resuming = CLEAN | {"commit": "b" * 40}
+    monkeypatch.setattr("flsuite.tracking.code_version", lambda: resuming)
+    head_federation(None).fit(resume=tmp_path / "run")
+    env = json.loads(env_file.read_text())
+    assert env["code"] == start_code and env["argv"] == started["argv"] and env["seed"] == started["seed"]
+    assert [(r["code"], r["phase"], r["round"]) for r in env["resumes"]] == [(resuming, 0, 2)]
+    assert provenance.recorded_code(tmp_path / "run") == start_code | {"resumed_by": ["bbbbbbbbbb"]}
+    decision = same_experiment(tmp_path / "run", "{}", CLEAN)
+    assert not decision.same and "it was resumed under other code than it began with (aaaaaaaaaa, resumed by bbbbbbbbbb)" in decision.reason
+    assert "aaaaaaaaaa, resumed by bbbbbbbbbb (1 run)" in code_mix([provenance.recorded_code(tmp_path / "run"), CLEAN])
+
+
+def test_a_resume_under_the_same_code_leaves_the_run_reusable(tmp_path: Path):
+    env = {"seed": 0, "code": CLEAN, "resumes": [{"code": dict(CLEAN), "phase": 0, "round": 4}]}
+    run = run_folder(tmp_path / "a", CONFIG, None)
+    (run / "environment.json").write_text(json.dumps(env))
+    assert provenance.recorded_code(run) == CLEAN
+    assert same_experiment(run, yaml.safe_dump(CONFIG), CLEAN).same

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from flsuite.provenance import environment_code
 from flsuite.records import ACC_PREFIX, summary_prefix
 
 
@@ -30,9 +31,9 @@ class Run:
 
     @property
     def code(self) -> dict[str, Any] | None:
-        """The code version the run recorded (`flsuite.provenance.code_version`), None for a run made before."""
-        code = self.environment.get("code")
-        return code if isinstance(code, dict) else None
+        """The code version the run recorded (`flsuite.provenance.environment_code`: the code that began it, marked
+        when a resume ran other code), None for a run made before."""
+        return environment_code(self.environment)
 
     @property
     def prefix(self) -> str:

@@ -42,6 +42,8 @@ from flsuite.tracking import (
     Tracker,
     WandbConfig,
     environment_info,
+    read_json,
+    resumed_environment,
     run_labels,
     write_json,
 )
@@ -233,7 +235,10 @@ class Federation:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
             choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
-            write_json(run_dir / "environment.json", environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()})
+            environment = environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}
+            if resume is not None:  # the start's record stays; the resume is appended (tracking.resumed_environment)
+                environment = resumed_environment(read_json(run_dir / "environment.json"), environment, {"phase": state.phase, "round": state.round})
+            write_json(run_dir / "environment.json", environment)
             tracker = Tracker(
                 run_dir, self.wandb, group=self.name, config=yaml.safe_load(config_yaml or "{}") or {}, labels=run_labels(self.method, self.data, self.setup)
             )
