@@ -11,11 +11,13 @@ fit's starting weights), at a few rounds and averaged over rounds 2..T (round 1 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from flsuite import compare
+from flsuite.provenance import runs_code_mix
 from flsuite.records import ACC_MEAN
 
 PREFIX = "client/fedcir/"
@@ -30,12 +32,13 @@ def cell(values: list[float], key: str) -> str:
     return f"{100 * mean:.2f} %" if key in PERCENT else f"{mean:.3g}"
 
 
-def paired(runs: Path, variant: str, others: list[str]) -> list[str]:
+def paired(runs: Path, variant: str, others: list[str], read: list[Path]) -> list[str]:
     """Per seed both ran: `variant`'s last-k test AVG minus each other's (the paired difference the seeds share:
-    same partitions, same initial weights)."""
+    same partitions, same initial weights); the run folders it reads are added to `read`."""
 
     def avg(name: str) -> dict[int, float]:
         done = [compare.load_run(s) for s in sorted((runs / name).glob("seed*")) if (s / "summary.json").is_file()]
+        read.extend(r.path for r in done)
         return {int(r.path.name[4:]): float(r.summary[r.prefix + ACC_MEAN]) for r in done}
 
     mine = avg(variant)
@@ -66,8 +69,11 @@ def main() -> None:
         "| variant | round | " + " | ".join(COLUMNS) + " |",
         "|---|---|" + "---|" * len(COLUMNS),
     ]
+    read: list[Path] = []  # every run folder the tables read: they should come from one code version
     for variant in sorted(p for p in args.runs.iterdir() if p.is_dir() and p.name.startswith("fedcir")):
-        runs = [compare.load_run(s).history for s in sorted(variant.glob("seed*")) if (s / "summary.json").is_file()]
+        folders = [s for s in sorted(variant.glob("seed*")) if (s / "summary.json").is_file()]
+        read += folders
+        runs = [compare.load_run(s).history for s in folders]
         if not runs:
             continue
         for rnd in [*args.rounds, "all"]:
@@ -81,7 +87,10 @@ def main() -> None:
                 row.append(cell(per_seed, key))
             lines.append(f"| {variant.name} ({len(runs)} seeds) | {rnd} | " + " | ".join(row) + " |")
     if args.paired:
-        lines += ["", *paired(args.runs, args.paired[0], args.paired[1:])]
+        lines += ["", *paired(args.runs, args.paired[0], args.paired[1:], read)]
+    if warning := runs_code_mix(read):
+        print(warning, file=sys.stderr)
+        lines += ["", f"**{warning}**"]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)

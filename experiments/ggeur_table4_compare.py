@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from flsuite.compare import domain_std
 from flsuite.metrics import summary_prefix
+from flsuite.provenance import runs_code_mix
 
 # GGEUR (CVPR 2025) Table 4, Digits, CLIP+MLP rows: (AVG, STD) without and with GGEUR (Steps 1 & 2).
 PAPER = {
@@ -32,11 +34,13 @@ PAPER = {
 }
 
 
-def per_seed(run: Path) -> dict[int, tuple[float, float]]:
+def per_seed(run: Path, read: list[Path]) -> dict[int, tuple[float, float]]:
     """seed -> (AVG, STD) of each finished seed: the last-k mean accuracy (k from the run's own summary keys) and the
-    population std across domains of the last-k per-domain means (recomputed, so older summaries agree)."""
+    population std across domains of the last-k per-domain means (recomputed, so older summaries agree). The run
+    folders read are added to `read`."""
     out = {}
     for path in sorted(run.glob("seed*/summary.json")):
+        read.append(path.parent)
         summary = json.loads(path.read_text())
         out[int(path.parent.name.removeprefix("seed"))] = (float(summary[summary_prefix(summary) + "acc_mean"]), domain_std(summary)[0])
     return out
@@ -55,9 +59,10 @@ def main() -> None:
         "| method | AVG: without → with GGEUR | seeds up | STD: without → with | seeds down | paper AVG | paper STD | seeds |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    read: list[Path] = []  # every run folder the table reads: they should come from one code version
     for method, paper in PAPER.items():
         slug = method.lower()
-        without, with_ggeur = per_seed(args.runs / slug), per_seed(args.runs / f"{slug}-ggeur")
+        without, with_ggeur = per_seed(args.runs / slug, read), per_seed(args.runs / f"{slug}-ggeur", read)
         avg0, avg1 = ({s: v[0] for s, v in d.items()} for d in (without, with_ggeur))
         std0, std1 = ({s: v[1] for s, v in d.items()} for d in (without, with_ggeur))
         seeds = sorted(set(avg0) & set(avg1))
@@ -72,6 +77,9 @@ def main() -> None:
         lines.append(
             f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} | {paper_avg} | {paper_std} | {len(seeds)} |"
         )
+    if warning := runs_code_mix(read):
+        print(warning, file=sys.stderr)
+        lines += ["", f"**{warning}**"]
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

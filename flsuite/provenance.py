@@ -220,6 +220,11 @@ def move_aside(run_dir: Path) -> Path:
     return target
 
 
+def runs_code_mix(run_dirs: Sequence[Path]) -> str:
+    """`code_mix` of the code versions the run folders recorded (`recorded_code`), for readers of run folders."""
+    return code_mix([recorded_code(d) for d in dict.fromkeys(map(Path, run_dirs))])
+
+
 def code_mix(codes: Sequence[Mapping[str, Any] | None]) -> str:
     """A warning when runs come from more than one code version (commit and uncommitted changes), naming each and
     how many runs it made; "" when they share one (or none recorded any)."""
