@@ -138,10 +138,10 @@ def test_scaffold_control_variates_after_one_full_round(tmp_path):
     for name in c:
         assert c[name].abs().sum() > 0  # control variates changed from zero
         torch.testing.assert_close(c[name], torch.stack([ci[name] for ci in c_is]).mean(0), rtol=0, atol=1e-7)
-    # c_i⁺ = (x − y)/(K η_l) from c = c_i = 0: one client by hand
+    # c_i⁺ = (x − y)/(K η_l) from c = c_i = 0: one client by hand; y = x + Δy (its weights never leave it)
     r = rec.results[0]
-    x = initial_weights(head_federation(tmp_path / "x"))
-    expected = (x["1.weight"] - r.weights["1.weight"]) / (r.num_steps * SGD.lr)
+    assert r.weights == {}  # a linear head has no buffers: nothing but the upload travels
+    expected = -r.upload["delta_y"]["1.weight"] / (r.num_steps * SGD.lr)
     torch.testing.assert_close(r.state["c_i"]["1.weight"], expected, rtol=0, atol=1e-6)
 
 
@@ -177,7 +177,7 @@ def test_scaffold_round_two_step_is_x_minus_lr_times_gradient_minus_c_k_plus_c_b
         F.cross_entropy(model(train.x), train.y).backward()
         for name, p in model.named_parameters():
             expected = x[name] - one_step.lr * (p.grad - c_k[name] + c[name])
-            torch.testing.assert_close(r.weights[name], expected, rtol=0, atol=1e-6)
+            torch.testing.assert_close(x[name] + r.upload["delta_y"][name], expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
@@ -198,11 +198,10 @@ def test_scaffold_control_variates_with_momentum_use_effective_steps(tmp_path):
     for flag in (True, False):
         rec = Recording()
         fed = head_federation(tmp_path / str(flag), rounds=1, local=local, method=Scaffold(effective_steps=flag), executor=rec)
-        x = initial_weights(fed)
         fed.fit()
         r = rec.results[0]
         steps = effective_steps(r.num_steps, 0.9) if flag else r.num_steps
-        expected = (x["1.weight"] - r.weights["1.weight"]) / (steps * local.lr)
+        expected = -r.upload["delta_y"]["1.weight"] / (steps * local.lr)
         torch.testing.assert_close(r.state["c_i"]["1.weight"], expected, rtol=0, atol=1e-6)
     assert effective_steps(r.num_steps, 0.9) > 3 * r.num_steps  # the textbook divisor K inflates c_i > 3x here
 
