@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         with caching_help(argv) if is_help_request(argv) else contextlib.nullcontext():
             cfg = parsed = parser.parse_args(argv)
         commands: dict[str, Any] = {"fit": run_fit, "features": functools.partial(run_features, argv=argv[1:])}
+        assert parser._subcommands_action is not None  # the parser is built with its subcommands
         subparser = parser._subcommands_action._name_parser_map[cfg.command]
         commands[cfg.command](subparser, cfg[cfg.command])
         return 0
