@@ -14,7 +14,8 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from flsuite.data.base import Split
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.method import FitStatistics
+from flsuite.federation.local.client import load_task_weights
+from flsuite.federation.method import FitStatistics, Transport
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
@@ -106,7 +107,7 @@ class RecordingTasks(Recording):
 def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
     """Default `reference: per_client` (the official code): each client trains its own r_μ, r_σ, C from its state;
     they are not in the upload, not averaged, not in what a client receives (the global weights keep W₀'s values,
-    which no client uses) and not counted in bytes_up / bytes_down; round 2 starts from the client's round-1 own."""
+    which no task carries) and not counted in bytes_up / bytes_down; round 2 starts from the client's round-1 own."""
     executor = RecordingTasks()
     head_federation(tmp_path, rounds=2, model=FedSRModel(**SR_MODEL), method=FedSR(l2r=0.1, cmi=0.05), executor=executor).fit()
     initial = {"r_mu": torch.zeros(3, 8), "r_sigma": torch.ones(3, 8), "C": torch.ones(())}
@@ -118,13 +119,13 @@ def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
         assert all(not torch.allclose(o, initial[k]) for o in own)
         assert all(not torch.allclose(own[i], own[j]) for i in range(4) for j in range(i))
     for task in executor.tasks:
-        assert all(torch.equal(task.global_weights[k], initial[k]) for k in REFERENCE)  # nothing of a client's travels down
+        assert not set(REFERENCE) & (set(task.global_weights) | set(task.held))  # kept on the client: nothing travels down
     previous = {r.client_id: r.state["reference"] for r in round1}
     for task in executor.tasks[4:]:
         assert same(task.state["reference"], previous[task.client_id])
     task = executor.tasks[4]
     model = FedSRModel(**SR_MODEL).build((8,), 3)
-    model.load_state_dict(task.global_weights)
+    load_task_weights(model, task, Transport(kept=FedSR().kept_on_client()))  # the model's own r_μ, r_σ, C stay
     FedSRClient(model, FedSR().client_settings(), LocalTraining(), task).begin()  # the client trains from its own, not the download
     assert same({k: v.detach() for k, v in model.state_dict().items() if k in REFERENCE}, previous[task.client_id])
     assert not same(round2[0].state["reference"], round1[0].state["reference"])  # trained on in round 2
