@@ -86,12 +86,14 @@ def requested(configs: list[str], seed: int, run_dir: Path, tau: float | None = 
 
 
 def federation(cfg, configs: list[str], seed: int, setting: str):
-    """The run's federation, its data and guiding set built once per (setting, seed) and handed over in memory."""
+    """The run's federation, its data built once per (setting, data seed) and its guiding set once per level, handed
+    over in memory."""
     fed = build_federation(parser(), cfg)
-    if (setting, seed) not in _data:
-        prewarm(fed.data, seed)
-        _data[(setting, seed)] = fed.data.build(seed)
-    fed.data = Prebuilt(_data[(setting, seed)])
+    data_seed = fed.seeds.data  # the clients are the data seed's (flsuite.seeding): training seeds share one build
+    if (setting, data_seed) not in _data:
+        prewarm(fed.data, data_seed)
+        _data[(setting, data_seed)] = fed.data.build(data_seed)
+    fed.data = Prebuilt(_data[(setting, data_seed)])
     for step in fed.server_steps:
         key = next((lv for lv, path in LEVELS.items() if path in configs), "")
         if key not in _guiding:

@@ -8,7 +8,8 @@
 Decisions:
 - A run folder is a folder holding `summary.json` (finished runs; unfinished ones are listed as skipped). By default
   runs are grouped by what they computed, never by where they sit: two runs are one group exactly when their resolved
-  configs (`config.yaml`) are equal except for the seed and the keys that only say how or where a run executed
+  configs (`config.yaml`) are equal except for the seeds (`seed`, `data_seed`, `train_seed`: a grid of data and
+  training seeds is one group) and the keys that only say how or where a run executed
   (`EXECUTION_KEYS`: run_dir, output_dir, name, wandb.*, progress, executor.*, threads.*, ...; `last_k` is not one of
   them, it changes the final numbers). So a group never mixes methods or datasets. A group is labelled by its method
   (the method's class name joined with the setup stages', as W&B's job_type: `FedAvg+GGEUR`) plus, where several groups
@@ -37,8 +38,8 @@ Decisions:
 - Convergence: acc_mean per round, the mean over runs as a line and mean ± std over runs shaded, every group on one
   PNG, over the rounds all of a group's runs evaluated.
 - Paired differences (with two or more groups): every group's AVG minus the reference group's (`--reference LABEL`,
-  default the first row), over the seeds both ran (pairs: runs whose config has the same `seed` and `*_seed` keys; a
-  seed run twice in a group counts once, its runs averaged): the mean, its standard error (sample std of the
+  default the first row), over the seeds both ran (pairs: runs with the same data and training seeds, `flsuite.seeding.config_seeds`,
+  and the same other `*_seed` keys; a seed pair run twice in a group counts once, its runs averaged): the mean, its standard error (sample std of the
   differences / √pairs) and the 95 % interval mean ± t(0.975, pairs − 1) · SE (Student's t, scipy); a difference whose
   interval holds 0 is marked "not resolved", and so is one with a single pair (no interval).
 - Code versions: when the runs of the table come from more than one code version (environment.json `code`: the git
