@@ -187,3 +187,23 @@ def test_a_study_grid_of_data_and_training_seeds(tmp_path, monkeypatch, capsys):
     assert (folders[0] / "metrics.jsonl").read_text() != (folders[1] / "metrics.jsonl").read_text()
     row = next(line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| base |"))
     assert row.rstrip(" |").endswith("| 2")
+
+
+def test_server_held_data_follows_the_data_seed(tmp_path):
+    """Server-held public data (`ServerFinetune`'s `PublicData`; FedEGG's guiding set alike) is data: built from the
+    data seed, the same whatever the training seed."""
+    from types import SimpleNamespace
+
+    from flsuite.data.builtin import GaussianFeatures
+    from flsuite.federation.server import PublicData, ServerFinetune
+
+    def public(**seeds) -> tuple:
+        step = ServerFinetune(PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=20)))
+        step.prepare(SimpleNamespace(settings=head_federation(tmp_path, **seeds).settings()))
+        assert step._split is not None
+        return step._split.x, step._split.y
+
+    fixed = public(seed=0, data_seed=3, train_seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(fixed, public(seed=5, data_seed=3, train_seed=2)))
+    assert not torch.equal(fixed[0], public(seed=0, data_seed=4, train_seed=1)[0])
+    assert all(torch.equal(a, b) for a, b in zip(public(seed=3), fixed))  # only `seed`: the data seed is `seed`
