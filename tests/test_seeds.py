@@ -153,6 +153,7 @@ def test_the_feature_index_keys_a_build_by_its_data_seed():
     assert cache_index.request_key(base | {"seed": 1, "data_seed": 2}) != plain
 
 
+@pytest.mark.slow
 def test_a_study_grid_of_data_and_training_seeds(tmp_path, monkeypatch, capsys):
     """experiments/study.py --seeds 0 --train_seeds 1 2: one data seed's clients trained with two training seeds, in
     `seed0-train1` and `seed0-train2`; the same clients (partition.json), other training (metrics.jsonl); one table
