@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from flsuite import progress
 from flsuite.config_errors import argument_errors, one_paragraph, user_error_message
 from flsuite.config_files import cached_help, caching_help, check_config_files, config_files, is_help_request
 from flsuite.data import cache_index  # stats and JSON only
+from flsuite.fit_data import build_federation, fit_federation  # noqa: F401 - build_federation: the tools' name for it
 from flsuite.interrupts import EXIT_INTERRUPTED, RunInterrupted, sigint_raises_run_interrupted
 from flsuite.runfolder import check_resume_config, flatten, previous_config
 from flsuite.runtime import keep_freed_memory
@@ -135,14 +135,6 @@ def resolved_config_yaml(parser: ArgumentParser, cfg: Namespace) -> str:
     return parser.dump(cfg, skip_unset=False)
 
 
-def build_federation(parser: ArgumentParser, cfg: Namespace) -> Federation:
-    from flsuite.federation.run import Federation
-
-    init = parser.instantiate(cfg)
-    names = [p for p in inspect.signature(Federation.__init__).parameters if p != "self"]
-    return Federation(**{name: init[name] for name in names})
-
-
 def federation_from_configs(*configs: str | Path, args: Sequence[str] = ()) -> Federation:
     """The Federation `flsuite fit --config A --config B ... ARGS` would run, built but not started, quiet (no
     progress bar, no W&B): for tools and tests that inspect a config's data, clusters or loop without training."""
@@ -165,40 +157,6 @@ def check_resume(resume: Path, config_yaml: str) -> None:
     checkpoint = resolve_checkpoint(resume)
     old = previous_config(saved_config(checkpoint), run_dir_of(checkpoint))
     check_resume_config(old, config_yaml, resume, defaults=option_defaults)
-
-
-def fit_federation(parser: ArgumentParser, cfg: Namespace, config_yaml: str) -> Federation:
-    """The run's Federation. When the feature cache's index holds its data as already embedded and unchanged
-    (`flsuite.data.cache_index`: the same entry `flsuite features` answers from, with the pools it read), its data
-    source is built without its encoder and serves the build from the cache files (`Benchmark.use_index`): no image
-    decoded, no encoder built; the log says so. Anything changed is a miss: the build runs as before."""
-    start = time.perf_counter()
-    resolved = yaml.safe_load(config_yaml) or {}
-    cache_dir = cache_index.resolved_cache_dir(resolved) if isinstance(resolved.get("data"), dict) else None
-    hit = cache_index.lookup(cache_dir, cache_index.request_key(resolved)) if cache_dir is not None else None
-    if cache_dir is None or hit is None or not hit.pools:
-        if cache_dir is not None and (resolved["data"].get("init_args") or {}).get("encoder") is not None:
-            log.info("feature cache index: no unchanged entry for this data in %s; building it (the cache serves what it holds)", cache_dir)
-        return build_federation(parser, cfg)
-    lean = cfg.clone()
-    if "data.init_args.encoder" in lean:
-        lean["data.init_args.encoder"] = None  # built only should the index prove stale
-    federation = build_federation(parser, lean)
-
-    def encoder() -> Any:
-        data: Any = build_federation(parser, cfg).data
-        return data.encoder
-
-    use_index = getattr(federation.data, "use_index", None)
-    if use_index is None or not use_index(hit.pools, encoder=encoder):
-        return build_federation(parser, cfg)
-    log.info(
-        "already embedded (feature cache index): %s images, %s, decided in %.2f s; building the data from the cache files (no image decoded, no encoder built)",
-        f"{hit.images:,}",
-        hit.cache_dir,
-        time.perf_counter() - start,
-    )
-    return federation
 
 
 def run_fit(parser: ArgumentParser, cfg: Namespace) -> dict[str, object]:
