@@ -12,9 +12,10 @@ is what `flsuite fit ARGV` is in a fresh process, as far as the run can tell:
 - its environment is the caller's `env` alone for the run (and restored afterwards), so `FLSUITE_PARALLEL`,
   `OMP_NUM_THREADS` or a variable a library set during the previous run (Lightning's `PL_GLOBAL_SEED`) do not leak;
 - its output (fds 1 and 2: Python, C libraries and child processes alike) goes to its own log file;
-- its seed streams are its own: flsuite derives every stream from the run's seeds (`flsuite.seeding`) and seeds
-  torch's, NumPy's and Python's global generators at the start of a run, so what ran before in the worker does not
-  matter (tests/test_pool.py: the same metrics.jsonl, byte for byte, as in a fresh process, after another run);
+- its seed streams are its own: flsuite derives every stream from the run's seeds (`flsuite.seeding`: generators of
+  their own, and torch's global generator seeded from them wherever it is drawn from: model init, each client and
+  server fit, each query), so what ran before in the worker does not matter (tests/test_pool.py: the same
+  metrics.jsonl, byte for byte, as in a fresh process, after another run);
 - its thread policy is applied as in a fresh process (`ThreadPolicy.apply` sets torch's intra-op count every run;
   the inter-op count is 1 for every run, set by the first);
 - its run folder and W&B run are its own (`flsuite fit` creates and closes them).
