@@ -19,7 +19,8 @@ from functools import partial
 import torch
 
 from flsuite.data.feature_cache import extract_features
-from flsuite.models.encoders import EfficientNetLite0, FrozenEncoder
+from flsuite.models.encoders import EfficientNetLite0
+from flsuite.models.frozen_encoder import FrozenEncoder
 from flsuite.runtime import keep_freed_memory
 
 

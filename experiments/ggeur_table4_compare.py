@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from flsuite.compare import domain_std
-from flsuite.metrics import summary_prefix
 from flsuite.provenance import runs_code_mix
+from flsuite.records import summary_prefix
 
 # GGEUR (CVPR 2025) Table 4, Digits, CLIP+MLP rows: (AVG, STD) without and with GGEUR (Steps 1 & 2).
 PAPER = {

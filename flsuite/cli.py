@@ -53,9 +53,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that come from the user's input (config, data, checkpoint) and get a one-paragraph message (imported
     when an error is being reported: their modules import torch)."""
     from flsuite.data.base import DataError
-    from flsuite.data.image_folder import UnreadableImageError
+    from flsuite.data.image_decode import UnreadableImageError
     from flsuite.federation.checkpoint import CheckpointError
-    from flsuite.federation.run import ClientFailedError
+    from flsuite.federation.phases import ClientFailedError
     from flsuite.models.weights import WeightsUnavailableError
 
     return (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, WeightsUnavailableError, ValueError, TypeError)

@@ -123,7 +123,7 @@ def user_error_message(caught: BaseException, files: list[Path], argv: list[str]
     """The one line `flsuite` prints for a user error: the error (or the preflight/weights error it wraps), the keys
     at fault and where they were set; `parsed`: the parsed command line, when parsing got that far."""
     from flsuite.data.base import DataError
-    from flsuite.data.image_folder import UnreadableImageError
+    from flsuite.data.image_decode import UnreadableImageError
     from flsuite.models.weights import WeightsUnavailableError
     from flsuite.preflight import PreflightError
 

@@ -35,10 +35,9 @@ from flsuite.records import (
     evaluated,
     is_accuracy_key,
     last_k_prefix,
-    summary_prefix,
 )
 
-__all__ = ["ACC_PREFIX", "accuracy", "domain_summary", "domain_table", "evaluate", "evaluate_federation", "final_summary", "summary_prefix"]
+__all__ = ["accuracy", "domain_summary", "domain_table", "evaluate", "evaluate_federation", "final_summary"]
 
 
 @torch.inference_mode()

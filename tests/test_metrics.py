@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from flsuite.data.base import Split
-from flsuite.metrics import accuracy, domain_summary, domain_table, final_summary, summary_prefix
+from flsuite.metrics import accuracy, domain_summary, domain_table, final_summary
+from flsuite.records import summary_prefix
 
 
 def test_domain_summary_reproduces_the_ggeur_table_convention():

@@ -190,7 +190,7 @@ def offline_wandb(monkeypatch, tmp_path):
 
 
 def test_failed_run_is_recorded_as_failed_in_wandb(monkeypatch, tmp_path):
-    from flsuite.federation.run import ClientFailedError
+    from flsuite.federation.phases import ClientFailedError
 
     wandb_cfg = offline_wandb(monkeypatch, tmp_path)
     with pytest.raises(ClientFailedError, match="no usable client update"):
@@ -297,7 +297,7 @@ def test_resume_extending_rounds_continues_and_names_the_changed_keys(tmp_path, 
 
 # ---- 5. data paths -------------------------------------------------------------------------------------------
 def make_office_folder(root: Path, corrupt: bool = False) -> None:
-    from flsuite.data.image_folder import OFFICE_CALTECH10_CLASSES
+    from flsuite.data.folder_names import OFFICE_CALTECH10_CLASSES
 
     rng = np.random.default_rng(0)
     from PIL import Image

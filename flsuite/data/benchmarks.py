@@ -32,20 +32,16 @@ import torch.nn.functional as F
 
 from flsuite.data import cache_index
 from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
+from flsuite.data.image_arrays import ImageArrays
+from flsuite.data.index_splits import train_test_split_indices
 from flsuite.data.indexed_pool import IndexedPool, StaleIndexError
-from flsuite.data.partition import (
-    DomainSkew,
-    Partitioner,
-    drop_empty_clients,
-    train_test_split_indices,
-)
-from flsuite.data.sources import ImageArrays
-from flsuite.data.suites import SUITES, LoadContext, Loader
-from flsuite.models.encoders import FrozenEncoder
+from flsuite.data.partition import DomainSkew, Partitioner, drop_empty_clients
+from flsuite.data.suites import SUITES, LoadContext
+from flsuite.models.frozen_encoder import FrozenEncoder
 from flsuite.paths import cache_path, data_path
 from flsuite.seeding import numpy_rng
 
-__all__ = ["SUITES", "Benchmark", "BenchmarkLayout", "DomainData", "LoadContext", "Loader", "to_pixels"]
+__all__ = ["Benchmark", "BenchmarkLayout", "DomainData", "to_pixels"]
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
-from flsuite.data.partition import dirichlet_partition, iid_partition, train_test_split_indices
+from flsuite.data.index_splits import dirichlet_partition, iid_partition, train_test_split_indices
 from flsuite.seeding import numpy_rng
 
 _DIGIT_SHIFTS = ("clean", "inverted", "rotated", "noisy", "shifted")

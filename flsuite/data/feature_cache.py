@@ -2,7 +2,7 @@
 
 Cache entries live in ``<cache_dir>/<digest>.pt`` (``{"features", "key"}``,
 loaded with ``weights_only=True``) next to a human-readable ``<digest>.json``.
-The digest covers the encoder's :meth:`~flsuite.models.encoders.FrozenEncoder.cache_key`,
+The digest covers the encoder's :meth:`~flsuite.models.frozen_encoder.FrozenEncoder.cache_key`,
 the caller's ``dataset_key`` and a content fingerprint of the image tensor.
 """
 
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from flsuite import progress as console
 from flsuite.data.cache_index import note_used
-from flsuite.models.encoders import FrozenEncoder
+from flsuite.models.frozen_encoder import FrozenEncoder
 
 __all__ = ["cache_digest", "check_cache_dir", "extract_features", "images_fingerprint"]
 

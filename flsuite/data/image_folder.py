@@ -29,16 +29,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from flsuite import progress
-from flsuite.data.folder_names import (
-    OFFICE_CALTECH10_CLASS_ALIASES,
-    OFFICE_CALTECH10_CLASSES,
-    OFFICE_CALTECH10_DOMAIN_ALIASES,
-    OFFICE_CALTECH10_DOMAINS,
-    PACS_CLASS_ALIASES,
-    PACS_CLASSES,
-    PACS_DOMAIN_ALIASES,
-    PACS_DOMAINS,
-)
+from flsuite.data.image_arrays import ImageArrays
 from flsuite.data.image_decode import (
     Size,
     UnreadableImageError,
@@ -47,27 +38,8 @@ from flsuite.data.image_decode import (
     _verifies,
     load_image,
 )
-from flsuite.data.sources import ImageArrays
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "OFFICE_CALTECH10_CLASSES",
-    "OFFICE_CALTECH10_CLASS_ALIASES",
-    "OFFICE_CALTECH10_DOMAINS",
-    "OFFICE_CALTECH10_DOMAIN_ALIASES",
-    "PACS_CLASSES",
-    "PACS_CLASS_ALIASES",
-    "PACS_DOMAINS",
-    "PACS_DOMAIN_ALIASES",
-    "Entry",
-    "ImageFileDataset",
-    "UnreadableImageError",
-    "load_image",
-    "load_image_folder_arrays",
-    "normalise_name",
-    "resolve_dir",
-    "scan_image_folder",
-]
+__all__ = ["IMAGE_EXTENSIONS", "Entry", "ImageFileDataset", "load_image_folder_arrays", "normalise_name", "resolve_dir", "scan_image_folder"]
 
 logger = logging.getLogger(__name__)
 

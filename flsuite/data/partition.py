@@ -15,10 +15,7 @@ import numpy as np
 
 from flsuite.data.base import DataError
 from flsuite.data.index_splits import (
-    _dirichlet_draw,  # noqa: F401 - re-exported (tests import it from here)
-    dirichlet_partition,
     iid_partition,
-    train_test_split_indices,
 )
 from flsuite.data.partition_checks import (
     _check_beta,
@@ -30,19 +27,7 @@ from flsuite.data.partition_checks import (
     _single_domain,
 )
 
-__all__ = [
-    "IID",
-    "Centralised",
-    "ClientIndices",
-    "Dirichlet",
-    "DomainSkew",
-    "LabelDomainSkew",
-    "Partitioner",
-    "dirichlet_partition",
-    "drop_empty_clients",
-    "iid_partition",
-    "train_test_split_indices",
-]
+__all__ = ["IID", "Centralised", "ClientIndices", "Dirichlet", "DomainSkew", "LabelDomainSkew", "Partitioner", "drop_empty_clients"]
 
 log = logging.getLogger(__name__)
 

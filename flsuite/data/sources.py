@@ -31,26 +31,8 @@ from flsuite.data.image_arrays import (
     _check_split,
     _to_arrays,
 )
-from flsuite.data.torchvision_sources import (
-    TorchvisionName,
-    load_torchvision,
-    load_usps_torchvision,
-)
 
-__all__ = [
-    "DIGIT_CLASSES",
-    "FASHION_MNIST_CLASSES",
-    "ImageArrays",
-    "SplitName",
-    "TorchvisionName",
-    "load_fashion_mnist_debian",
-    "load_mnist_pureml",
-    "load_torchvision",
-    "load_uci_digits",
-    "load_usps_mat",
-    "load_usps_torchvision",
-    "read_idx",
-]
+__all__ = ["load_fashion_mnist_debian", "load_mnist_pureml", "load_uci_digits", "load_usps_mat", "read_idx"]
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flsuite.data import folder_names, sources, torchvision_sources
 from flsuite.data import image_folder as imf
-from flsuite.data import sources
 from flsuite.data.base import DataError
 from flsuite.data.image_arrays import ImageArrays, SplitName
 from flsuite.data.torchvision_sources import TorchvisionName
@@ -101,13 +101,13 @@ def _tiny_imagenet(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
 
 
 def _torchvision(name: TorchvisionName) -> Loader:
-    return lambda ctx: _both(lambda split: sources.load_torchvision(name, ctx.root, split, ctx.download))
+    return lambda ctx: _both(lambda split: torchvision_sources.load_torchvision(name, ctx.root, split, ctx.download))
 
 
 SUITES: dict[str, dict[str, Loader]] = {
     "digits": {
         "mnist": _torchvision("mnist"),
-        "usps": lambda ctx: _both(lambda s: sources.load_usps_torchvision(ctx.root, s, ctx.download)),
+        "usps": lambda ctx: _both(lambda s: torchvision_sources.load_usps_torchvision(ctx.root, s, ctx.download)),
         "svhn": _torchvision("svhn"),
         "syn": _syn_folder,
     },
@@ -118,9 +118,12 @@ SUITES: dict[str, dict[str, Loader]] = {
         "syn": _syn_rendered,
     },
     "office_caltech10": _folder_suite(
-        imf.OFFICE_CALTECH10_DOMAINS, imf.OFFICE_CALTECH10_CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES
+        folder_names.OFFICE_CALTECH10_DOMAINS,
+        folder_names.OFFICE_CALTECH10_CLASSES,
+        folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
+        folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
     ),
-    "pacs": _folder_suite(imf.PACS_DOMAINS, imf.PACS_CLASSES, imf.PACS_DOMAIN_ALIASES, imf.PACS_CLASS_ALIASES),
+    "pacs": _folder_suite(folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES),
     "office_home": _folder_suite(("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}),
     "domainnet": _folder_suite(("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), None),
     "mnist": {"mnist": _torchvision("mnist")},

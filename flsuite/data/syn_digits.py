@@ -22,7 +22,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from flsuite import progress
-from flsuite.data.sources import DIGIT_CLASSES, ImageArrays
+from flsuite.data.image_arrays import DIGIT_CLASSES, ImageArrays
 
 __all__ = ["discover_fonts", "render_syn_digits"]
 

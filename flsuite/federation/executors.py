@@ -17,7 +17,7 @@ from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.query import QueryResult, QueryTask, run_query
 from flsuite.federation.task import ClientFailure, ClientResult, ClientTask
 
-__all__ = ["ClientFailure", "Executor", "SerialExecutor"]
+__all__ = ["Executor", "SerialExecutor"]
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
-from flsuite.federation.executors import ClientFailure, Executor
+from flsuite.federation.executors import Executor
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.query import QueryResult, QueryTask
 from flsuite.federation.ray_workers import ClientWorker, WorkerKind, leave_idle, take_idle_workers
-from flsuite.federation.task import ClientResult, ClientTask
+from flsuite.federation.task import ClientFailure, ClientResult, ClientTask
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from flsuite.federation.executors import Executor, SerialExecutor
 from flsuite.federation.local.choice import LoopChoice, choose_loop, resolved
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
-from flsuite.federation.phases import ClientFailedError, Phase, Rounds
+from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerStep, check_step_names
 from flsuite.federation.setup import SetupStage
@@ -50,7 +50,7 @@ from flsuite.tracking import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientFailedError", "ClientSampling", "Federation"]
+__all__ = ["Federation"]
 
 
 class Federation:

@@ -40,7 +40,7 @@ from flsuite.seeding import derive_seed, torch_generator
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
 
-__all__ = ["PublicData", "ServerContext", "ServerFinetune", "ServerStep", "ServerUpdate", "run_server_steps"]
+__all__ = ["PublicData", "ServerContext", "ServerFinetune", "ServerStep", "run_server_steps"]
 
 #: The client id of the server's own supervised fits (`ServerContext.train`).
 SERVER = -1

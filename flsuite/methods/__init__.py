@@ -25,6 +25,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "flsuite.methods.fkpl_cluster": (f"{_FKPL}.cluster", f"{_FKPL}.settings"),
     "flsuite.methods.fkpl_model": (f"{_FKPL}.model",),
     "flsuite.methods.fkpl_subspace": (f"{_FKPL}.subspace", f"{_FKPL}.settings"),
+    "flsuite.methods.base": ("flsuite.federation.method",),
 }
 
 

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.server import ServerContext, ServerUpdate
-from flsuite.federation.task import ClientResult, State, Weights
+from flsuite.federation.server import ServerContext
+from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir_terms import KL_REDUCTIONS, KLReduction, TermsClient, reduce_kl
 from flsuite.methods.generators import (
@@ -312,4 +312,4 @@ class FedCiR(GeneratorMethod, FedAvg):
         return ServerUpdate(weights, {**server_state, **new}, metrics)
 
 
-__all__ = ["Ensemble", "FedCiR", "FedCiRClient", "ProbabilisticClassifier", "ProbabilisticEncoder", "gaussian_kl"]
+__all__ = ["FedCiR", "FedCiRClient", "ProbabilisticClassifier", "ProbabilisticEncoder"]

@@ -46,13 +46,8 @@ from torch import nn
 from flsuite.data.base import ClientData, EpochBatches, Split
 from flsuite.data.guiding import fl_labels
 from flsuite.federation.query import ClientQuery, QueryTask
-from flsuite.federation.server import (
-    PublicData,
-    ServerContext,
-    ServerStep,
-    ServerUpdate,
-)
-from flsuite.federation.task import LocalTraining, State, Weights
+from flsuite.federation.server import PublicData, ServerContext, ServerStep
+from flsuite.federation.task import LocalTraining, ServerUpdate, State, Weights
 from flsuite.federation.weights import clone_weights, distance
 from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator

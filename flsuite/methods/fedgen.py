@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from flsuite.federation.method import ClientModule, FitStatistics
-from flsuite.federation.server import ServerContext, ServerUpdate
-from flsuite.federation.task import ClientResult, State, Weights
+from flsuite.federation.server import ServerContext
+from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.generators import GeneratorMethod, Noise, draw_noise, frozen_generator
 from flsuite.models.representation import check_contract

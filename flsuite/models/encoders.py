@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from flsuite.models.frozen_encoder import FrozenEncoder, weights_fingerprint
+from flsuite.models.frozen_encoder import FrozenEncoder
 from flsuite.models.image_preprocessing import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -22,13 +22,7 @@ from flsuite.models.image_preprocessing import (
 )
 from flsuite.models.weights import WeightsUnavailableError, openclip_cache
 
-__all__ = [
-    "EfficientNetLite0",
-    "FrozenEncoder",
-    "OpenCLIP",
-    "TorchvisionBackbone",
-    "weights_fingerprint",
-]
+__all__ = ["EfficientNetLite0", "OpenCLIP", "TorchvisionBackbone"]
 
 log = logging.getLogger(__name__)
 

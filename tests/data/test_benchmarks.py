@@ -13,7 +13,7 @@ from PIL import Image
 from flsuite.data.base import DataError
 from flsuite.data.benchmarks import Benchmark
 from flsuite.data.partition import DomainSkew, LabelDomainSkew
-from flsuite.models.encoders import FrozenEncoder
+from flsuite.models.frozen_encoder import FrozenEncoder
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 DOMAINS = {"amazon": "amazon", "caltech": "caltech10", "dslr": "dslr", "webcam": "webcam"}  # canonical → folder
@@ -22,7 +22,7 @@ DOMAINS = {"amazon": "amazon", "caltech": "caltech10", "dslr": "dslr", "webcam":
 @pytest.fixture(scope="module")
 def office_folder(tmp_path_factory) -> Path:
     """A tiny Office-Caltech-10 look-alike: folder names as one real copy spells them, unique random images."""
-    from flsuite.data.image_folder import OFFICE_CALTECH10_CLASSES
+    from flsuite.data.folder_names import OFFICE_CALTECH10_CLASSES
 
     root = tmp_path_factory.mktemp("office")
     rng = np.random.default_rng(0)

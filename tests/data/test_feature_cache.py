@@ -12,7 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from flsuite.data.feature_cache import extract_features
-from flsuite.models.encoders import FrozenEncoder, TorchvisionBackbone, prepare_images
+from flsuite.models.encoders import TorchvisionBackbone
+from flsuite.models.frozen_encoder import FrozenEncoder
+from flsuite.models.image_preprocessing import prepare_images
 
 
 class CountingEncoder(FrozenEncoder):
@@ -215,7 +217,7 @@ def _office_config(tmp_path: Path) -> Path:
     import yaml
     from PIL import Image
 
-    from flsuite.data.image_folder import OFFICE_CALTECH10_CLASSES
+    from flsuite.data.folder_names import OFFICE_CALTECH10_CLASSES
     from tests.helpers import SMALL_CONFIG
 
     rng = np.random.default_rng(0)

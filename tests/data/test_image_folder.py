@@ -10,14 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from flsuite.data import image_folder as imf
-from flsuite.data.image_folder import (
-    ImageFileDataset,
-    UnreadableImageError,
-    load_image_folder_arrays,
-    normalise_name,
-    scan_image_folder,
-)
+from flsuite.data import folder_names
+from flsuite.data.image_decode import UnreadableImageError
+from flsuite.data.image_folder import ImageFileDataset, load_image_folder_arrays, normalise_name, scan_image_folder
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 OFFICE = SHARED_DATA / "office_caltech_10"
@@ -57,7 +52,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def scan(root: Path, domains: tuple[str, ...] = ("amazon", "caltech")) -> dict[str, list[tuple[Path, int]]]:
-    return scan_image_folder(root, domains, CLASSES, imf.OFFICE_CALTECH10_DOMAIN_ALIASES, imf.OFFICE_CALTECH10_CLASS_ALIASES)
+    return scan_image_folder(root, domains, CLASSES, folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES, folder_names.OFFICE_CALTECH10_CLASS_ALIASES)
 
 
 def test_normalise_name() -> None:
@@ -93,7 +88,7 @@ def test_scan_without_aliases_fails_on_renamed_folders(tree: Path) -> None:
 
 def test_missing_class_folder_names_it(tree: Path) -> None:
     with pytest.raises(FileNotFoundError) as err:
-        scan_image_folder(tree, ["amazon"], ["backpack", "projector"], class_aliases=imf.OFFICE_CALTECH10_CLASS_ALIASES)
+        scan_image_folder(tree, ["amazon"], ["backpack", "projector"], class_aliases=folder_names.OFFICE_CALTECH10_CLASS_ALIASES)
     msg = str(err.value)
     assert "'projector'" in msg and "video_projector" in msg and "laptop_computer" in msg and "amazon" in msg.lower()
 
@@ -161,16 +156,16 @@ def test_corrupt_image_is_named_or_skipped(tree: Path, caplog: pytest.LogCapture
 def test_module_constants_consistent() -> None:
     for domains, classes, d_alias, c_alias in [
         (
-            imf.OFFICE_CALTECH10_DOMAINS,
-            imf.OFFICE_CALTECH10_CLASSES,
-            imf.OFFICE_CALTECH10_DOMAIN_ALIASES,
-            imf.OFFICE_CALTECH10_CLASS_ALIASES,
+            folder_names.OFFICE_CALTECH10_DOMAINS,
+            folder_names.OFFICE_CALTECH10_CLASSES,
+            folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
+            folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
         ),
-        (imf.PACS_DOMAINS, imf.PACS_CLASSES, imf.PACS_DOMAIN_ALIASES, imf.PACS_CLASS_ALIASES),
+        (folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES),
     ]:
         assert set(d_alias) <= set(domains) and set(c_alias) <= set(classes)
         assert len(set(domains)) == len(domains) and len(set(classes)) == len(classes)
-    assert len(imf.OFFICE_CALTECH10_CLASSES) == 10 and len(imf.PACS_CLASSES) == 7
+    assert len(folder_names.OFFICE_CALTECH10_CLASSES) == 10 and len(folder_names.PACS_CLASSES) == 7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,10 +190,10 @@ PACS_COUNTS = {  # per class, in PACS_CLASSES order (shared/data/pacs/SOURCE.md,
 def test_office_caltech10_real() -> None:
     res = scan_image_folder(
         OFFICE,
-        imf.OFFICE_CALTECH10_DOMAINS,
-        imf.OFFICE_CALTECH10_CLASSES,
-        imf.OFFICE_CALTECH10_DOMAIN_ALIASES,
-        imf.OFFICE_CALTECH10_CLASS_ALIASES,
+        folder_names.OFFICE_CALTECH10_DOMAINS,
+        folder_names.OFFICE_CALTECH10_CLASSES,
+        folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
+        folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
     )
     counts = {d: np.bincount([y for _, y in e], minlength=10).tolist() for d, e in res.items()}
     assert counts == OFFICE_COUNTS
@@ -206,19 +201,19 @@ def test_office_caltech10_real() -> None:
     # webcam in full (variable-size photos) plus caltech's 4 greyscale images
     grey = [e for e in res["caltech"] if e[0].name in {"101_0069.jpg", "045_0053.jpg", "127_0058.jpg", "127_0103.jpg"}]
     assert len(grey) == 4
-    arr = load_image_folder_arrays(res["webcam"] + grey, 32, classes=imf.OFFICE_CALTECH10_CLASSES)
+    arr = load_image_folder_arrays(res["webcam"] + grey, 32, classes=folder_names.OFFICE_CALTECH10_CLASSES)
     assert arr.x.shape == (299, 3, 32, 32) and arr.y[-4:].tolist() == [y for _, y in grey]
     assert float(arr.x.float().std()) > 20  # real photos, not blank
 
 
 @pytest.mark.skipif(not PACS.is_dir(), reason=f"shared data not present: {PACS}")
 def test_pacs_real() -> None:
-    res = scan_image_folder(PACS, imf.PACS_DOMAINS, imf.PACS_CLASSES, imf.PACS_DOMAIN_ALIASES, imf.PACS_CLASS_ALIASES)
+    res = scan_image_folder(PACS, folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES)
     counts = {d: np.bincount([y for _, y in e], minlength=7).tolist() for d, e in res.items()}
     assert counts == PACS_COUNTS
     assert sum(len(e) for e in res.values()) == 6494
     assert all(p.suffix == ".png" for p, _ in res["sketch"]) and all(p.suffix == ".jpg" for p, _ in res["photo"])
     some = res["sketch"][::500] + res["art_painting"][::500]
-    arr = load_image_folder_arrays(some, 64, classes=imf.PACS_CLASSES)
+    arr = load_image_folder_arrays(some, 64, classes=folder_names.PACS_CLASSES)
     assert arr.x.shape == (len(some), 3, 64, 64)
     assert ImageFileDataset(res["photo"][:1])[0][0].shape == (3, 227, 227)

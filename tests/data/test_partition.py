@@ -9,17 +9,8 @@ import numpy as np
 import pytest
 
 from flsuite.data.base import DataError
-from flsuite.data.partition import (
-    IID,
-    Centralised,
-    ClientIndices,
-    Dirichlet,
-    DomainSkew,
-    LabelDomainSkew,
-    Partitioner,
-    dirichlet_partition,
-    drop_empty_clients,
-)
+from flsuite.data.index_splits import dirichlet_partition
+from flsuite.data.partition import IID, Centralised, ClientIndices, Dirichlet, DomainSkew, LabelDomainSkew, Partitioner, drop_empty_clients
 
 C = 10
 
@@ -322,7 +313,7 @@ def test_labels_must_fit_num_classes() -> None:
 
 def test_min_size_redraws_the_split_until_every_client_has_enough():
     """NIID-Bench's rule (FedEGG A13): the whole split is drawn again from the same stream until min size is met."""
-    from flsuite.data.partition import _dirichlet_draw
+    from flsuite.data.index_splits import _dirichlet_draw
 
     labels = np.repeat(np.arange(10), 100)
     first = dirichlet_partition(labels, 30, 0.3, np.random.default_rng(2))

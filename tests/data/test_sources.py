@@ -13,18 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from flsuite.data.sources import (
-    DIGIT_CLASSES,
-    FASHION_MNIST_CLASSES,
-    ImageArrays,
-    load_fashion_mnist_debian,
-    load_mnist_pureml,
-    load_torchvision,
-    load_uci_digits,
-    load_usps_mat,
-    load_usps_torchvision,
-    read_idx,
-)
+from flsuite.data.image_arrays import DIGIT_CLASSES, FASHION_MNIST_CLASSES, ImageArrays
+from flsuite.data.sources import load_fashion_mnist_debian, load_mnist_pureml, load_uci_digits, load_usps_mat, read_idx
+from flsuite.data.torchvision_sources import load_torchvision, load_usps_torchvision
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 USPS_MAT = SHARED_DATA / "usps" / "usps.mat"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flsuite.data import syn_digits
-from flsuite.data.sources import DIGIT_CLASSES
+from flsuite.data.image_arrays import DIGIT_CLASSES
 from flsuite.data.syn_digits import discover_fonts, render_syn_digits
 
 FONTS = discover_fonts()

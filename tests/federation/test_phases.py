@@ -14,7 +14,8 @@ from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.phases import Rounds
 from flsuite.federation.query import ClientQuery, ask, in_process
-from flsuite.federation.server import PublicData, ServerFinetune, ServerStep, ServerUpdate
+from flsuite.federation.server import PublicData, ServerFinetune, ServerStep
+from flsuite.federation.task import ServerUpdate
 from flsuite.federation.weights import num_bytes
 from flsuite.interrupts import RunInterrupted
 from flsuite.methods.fedavg import FedAvg

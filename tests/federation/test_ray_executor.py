@@ -16,8 +16,8 @@ import torch
 
 from flsuite.federation import ray_workers
 from flsuite.federation.method import ClientModule
+from flsuite.federation.phases import ClientFailedError
 from flsuite.federation.ray_executor import RayExecutor
-from flsuite.federation.run import ClientFailedError
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
 from tests.helpers import ExplodingFedAvg, head_federation, start_local_ray

@@ -12,7 +12,7 @@ from flsuite.data.base import EpochBatches
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.executors import SerialExecutor
-from flsuite.federation.run import ClientSampling
+from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.task import ClientResult, LocalTraining
 from flsuite.federation.weights import weighted_average
 from flsuite.methods.fedavg import FedAvg
@@ -193,7 +193,7 @@ def test_a_client_failing_once_is_retried_and_the_run_is_unchanged(tmp_path):
 
 
 def test_a_client_that_always_fails_stops_the_run_or_is_dropped_and_recorded(tmp_path):
-    from flsuite.federation.run import ClientFailedError
+    from flsuite.federation.phases import ClientFailedError
 
     with pytest.raises(ClientFailedError, match=r"client\(s\) \[1\] failed after 2 attempt"):
         head_federation(tmp_path / "fail", executor=FlakyExecutor(client=1, failures=99)).fit()

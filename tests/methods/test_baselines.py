@@ -259,7 +259,7 @@ def test_scaffold_and_feddyn_beat_fedavg_under_client_drift(tmp_path):
 
 # ---- checkpoint/resume, composition, deeper models ------------------------------------------------------------
 def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
-    from flsuite.federation.run import ClientSampling
+    from flsuite.federation.sampling import ClientSampling
     from tests.helpers import killed_and_resumed
 
     a, b = killed_and_resumed(tmp_path, 3, rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())

@@ -184,9 +184,19 @@ def test_each_old_module_path_resolves_to_the_same_objects_and_warns(old, monkey
         module.FKPLPhase  # noqa: B018 - the old phases' base took the method object: gone
 
 
+def test_the_old_methods_base_path_is_the_engines_contract_and_warns(monkeypatch):
+    """methods/base.py re-exported the engine's contract (issue 34: no re-export shims); its path is an alias now."""
+    from flsuite.federation import method
+
+    monkeypatch.delitem(sys.modules, "flsuite.methods.base", raising=False)
+    with pytest.warns(DeprecationWarning, match=r"^flsuite\.methods\.base is now flsuite\.federation\.method;"):
+        module = importlib.import_module("flsuite.methods.base")
+    assert [getattr(module, n) for n in ("ClientModule", "HyperParameters", "Method")] == [method.ClientModule, method.HyperParameters, method.Method]
+
+
 def test_fkpls_class_path_is_the_packages_and_configs_may_name_an_old_path():
     assert get_import_path(FKPL) == "flsuite.methods.fkpl.FKPL" == f"{FKPL.__module__}.{FKPL.__name__}"
-    assert set(MOVED) == set(OLD_NAMES)
+    assert set(MOVED) == set(OLD_NAMES) | {"flsuite.methods.base"}  # every alias tested here or below
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--model", type=ModelSpec)
     with pytest.warns(DeprecationWarning):  # a config that names an old module path (warned where it is imported)

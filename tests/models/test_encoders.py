@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from flsuite.models.encoders import (
-    EfficientNetLite0,
-    FrozenEncoder,
-    OpenCLIP,
-    TorchvisionBackbone,
-    prepare_images,
-    weights_fingerprint,
-)
+from flsuite.models.encoders import EfficientNetLite0, OpenCLIP, TorchvisionBackbone
+from flsuite.models.frozen_encoder import FrozenEncoder, weights_fingerprint
+from flsuite.models.image_preprocessing import prepare_images
 
 # ImageNet-1k class of the matplotlib sample photo of Grace Hopper (in uniform).
 MILITARY_UNIFORM = 652
