@@ -22,7 +22,7 @@ from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.local import compiled
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fedcir import FedCiR, ProbabilisticEncoder
+from flsuite.methods.fedcir import FedCiR
 from flsuite.methods.feddc import FedDC
 from flsuite.methods.feddyn import FedDyn
 from flsuite.methods.fedgen import FedGen
@@ -36,6 +36,7 @@ from flsuite.methods.fpl import FPL
 from flsuite.methods.moon import MOON
 from flsuite.methods.scaffold import Scaffold
 from flsuite.models.heads import MLP
+from flsuite.models.probabilistic import ProbabilisticEncoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's small federation, as the tests run it
 from tests.helpers import head_federation  # noqa: E402

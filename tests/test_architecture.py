@@ -21,7 +21,7 @@ EXAMPLE = "flsuite.methods.fedexample.FedExample"
 LAYERS = [
     ("bottom", ("seeding", "paths", "progress", "interrupts", "runtime", "records", "plots")),
     ("data and models", ("data", "models")),
-    ("run services", ("metrics", "tracking", "runfolder", "provenance", "preflight")),
+    ("run services", ("metrics", "tracking", "run_environment", "runfolder", "provenance", "preflight")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
     ("tools", ("cli", "config_files", "config_errors", "fit_data", "pool", "sweep", "compare", "dashboard")),

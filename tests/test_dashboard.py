@@ -28,9 +28,10 @@ def _fit_runs(root: Path) -> dict[str, Path]:
     from flsuite.data.builtin import GaussianFeatures
     from flsuite.federation.server import PublicData
     from flsuite.federation.task import LocalTraining
-    from flsuite.methods.fedcir import FedCiR, ProbabilisticEncoder
+    from flsuite.methods.fedcir import FedCiR
     from flsuite.methods.fedegg import FedEGG
     from flsuite.models.heads import MLP
+    from flsuite.models.probabilistic import ProbabilisticEncoder
     from tests.methods.test_fkpl import fkpl_federation
 
     guiding = PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=90))

@@ -105,7 +105,7 @@ def test_device_checks_follow_what_the_machine_has(monkeypatch, no_cuda):
         ({"class_path": "flsuite.models.backbones.ResNet18", "init_args": {"pretrained": True}}, "model.init_args.pretrained"),
         (
             {
-                "class_path": "flsuite.methods.fedcir.ProbabilisticEncoder",
+                "class_path": "flsuite.models.probabilistic.ProbabilisticEncoder",
                 "init_args": {"backbone": {"class_path": "ResNet18", "init_args": {"pretrained": True}}},
             },
             "model.init_args.backbone.init_args.pretrained",

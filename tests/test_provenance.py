@@ -165,7 +165,7 @@ def test_a_resume_keeps_the_starting_code_and_appends_its_own(tmp_path: Path, mo
     start_code = started["code"] = CLEAN
     env_file.write_text(json.dumps(started))  # as if code aaaa… began it
     resuming = CLEAN | {"commit": "b" * 40}
-    monkeypatch.setattr("flsuite.tracking.code_version", lambda: resuming)
+    monkeypatch.setattr("flsuite.run_environment.code_version", lambda: resuming)
     head_federation(None).fit(resume=tmp_path / "run")
     env = json.loads(env_file.read_text())
     assert env["code"] == start_code and env["argv"] == started["argv"] and env["seed"] == started["seed"]

@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.task import (
     ClientResult,
     ClientTask,
@@ -32,87 +33,12 @@ from flsuite.federation.task import (
     State,
     Weights,
 )
+from flsuite.federation.transport import Transport, Travel
 from flsuite.federation.weights import num_bytes, weighted_average
 
 if TYPE_CHECKING:
     from flsuite.federation.phases import Phase
     from flsuite.federation.server import ServerContext
-
-Travel = Literal["all", "trainable", "buffers"]
-
-
-@dataclass(frozen=True)
-class Transport:
-    """Which state-dict entries of the model travel each way besides the upload and broadcast, as a method declares
-    them (`Method.weights_up`, `weights_down`, `kept_on_client`). The engine carries exactly these: a client's result
-    holds only `upward` weights (the rest never leaves it, never reaches `aggregate`), a task carries only the
-    `downward` ones, and `kept` entries travel neither way.
-
-    Args:
-        up, down: "all", "trainable" (the entries of `trainable`) or "buffers" (the floating-point entries that are
-            not trainable parameters, e.g. BatchNorm statistics).
-        trainable: The state-dict names of the trainable parameters (`Method.parameter_names`).
-        kept: Entries that stay on the client whatever `up` and `down` say (FedSR's own reference Gaussians).
-    """
-
-    up: Travel = "all"
-    down: Travel = "all"
-    trainable: tuple[str, ...] = ()
-    kept: frozenset[str] = frozenset()
-
-    def travelling(self, weights: Weights, which: Travel) -> Weights:
-        """The entries of `weights` that travel under `which`, never a `kept` one (`weights` itself when all do)."""
-        if which == "all":
-            return {n: w for n, w in weights.items() if n not in self.kept} if self.kept.intersection(weights) else weights
-        if which == "trainable":
-            return {n: weights[n] for n in self.trainable if n not in self.kept}
-        trained = set(self.trainable) | self.kept
-        return {n: w for n, w in weights.items() if n not in trained and torch.is_floating_point(w)}
-
-    def upward(self, weights: Weights) -> Weights:
-        """What of a client's weights its result carries to the server."""
-        return self.travelling(weights, self.up)
-
-    def downward(self, weights: Weights) -> tuple[Weights, Weights]:
-        """The global weights split for a task: (carried: what travels down, held: what the client already holds
-        and is not sent, e.g. the frozen part under `down: trainable`). `kept` entries are in neither: the client
-        trains its own (the model's initial values, or what the method restores from the client's state)."""
-        carried = self.travelling(weights, self.down)
-        held = {n: w for n, w in weights.items() if n not in carried and n not in self.kept}
-        return carried, held
-
-
-@dataclass
-class FitStatistics:
-    """What the loop counts in one fit (`flsuite.federation.local.loops.LocalFit`), handed to the hooks that run
-    after it (`end`, `upload`, `next_state`, `metrics`) and to the result: float64 sums, on the fit's device (no sync
-    per step), of the mini-batch losses and of the reported `ClientModule.TASK_LOSS` (None: none reported), and the
-    optimiser steps taken."""
-
-    loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
-    task_loss_sum: torch.Tensor | None = None
-    num_steps: int = 0
-
-    @property
-    def mean_loss(self) -> float:
-        """The mean mini-batch loss (float64 sum over steps / steps; 0 steps: 0)."""
-        return float(self.loss_sum) / max(self.num_steps, 1)
-
-    @property
-    def mean_task_loss(self) -> float:
-        """The mean FL-task loss: the reported `TASK_LOSS`, else the mean loss."""
-        return self.mean_loss if self.task_loss_sum is None else float(self.task_loss_sum) / max(self.num_steps, 1)
-
-    def add_loss(self, loss: torch.Tensor) -> None:
-        """Add a float64 loss (one step's, or a sum of steps in step order), on its device."""
-        if self.loss_sum.device != loss.device:
-            self.loss_sum = self.loss_sum.to(loss.device)
-        self.loss_sum += loss
-
-    def add_task_loss(self, value: torch.Tensor) -> None:
-        """Add one step's FL-task loss (float64, on the value's device)."""
-        value = value.detach().double()
-        self.task_loss_sum = value.clone() if self.task_loss_sum is None else self.task_loss_sum.to(value.device) + value
 
 
 @dataclass(frozen=True)

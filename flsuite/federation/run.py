@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import torch
 import yaml
 from jsonargparse import lazy_instance
 
@@ -24,29 +23,23 @@ from flsuite.federation.local.choice import LoopChoice, choose_loop, resolved
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
 from flsuite.federation.phases import Phase, Rounds
+from flsuite.federation.resume import resumable_state
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerStep, check_step_names
 from flsuite.federation.setup import SetupStage
 from flsuite.federation.state import FederationState
+from flsuite.federation.summary import run_summary
 from flsuite.federation.task import LocalTraining
 from flsuite.interrupts import RunInterrupted, note_run_dir
-from flsuite.metrics import domain_table, final_summary
+from flsuite.metrics import domain_table
 from flsuite.models.heads import ModelSpec
 from flsuite.preflight import check_run
 from flsuite.progress import shown as progress_shown
-from flsuite.records import QUERY_PREFIX
+from flsuite.run_environment import environment_info, record_environment
 from flsuite.runfolder import check_run_dir_free, create_run_dir, write_config
 from flsuite.runtime import ThreadPolicy
 from flsuite.seeding import resolve_seeds
-from flsuite.tracking import (
-    Tracker,
-    WandbConfig,
-    environment_info,
-    read_json,
-    resumed_environment,
-    run_labels,
-    write_json,
-)
+from flsuite.tracking import Tracker, WandbConfig, run_labels
 
 log = logging.getLogger(__name__)
 
@@ -229,16 +222,14 @@ class Federation:
             fed, setup_metrics = self._setup(raw, query=self.executor.query)
             state = FederationState.empty()
             if resume is not None and loaded is not None:
-                state = self._resumed_state(resume, fed, loaded)
+                state = resumable_state(resume, loaded, fed, self.model, self.protocol)
             run_dir = create_run_dir(planned, self.output_dir, self.name, self.seeds.label(self.seed))
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
             choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
-            environment = environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}
-            if resume is not None:  # the start's record stays; the resume is appended (tracking.resumed_environment)
-                environment = resumed_environment(read_json(run_dir / "environment.json"), environment, {"phase": state.phase, "round": state.round})
-            write_json(run_dir / "environment.json", environment)
+            resumed_at = {"phase": state.phase, "round": state.round} if resume is not None else None
+            record_environment(run_dir, environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}, resumed_at)
             tracker = Tracker(
                 run_dir, self.wandb, group=self.name, config=yaml.safe_load(config_yaml or "{}") or {}, labels=run_labels(self.method, self.data, self.setup)
             )
@@ -262,12 +253,7 @@ class Federation:
                     phase_name = self.protocol[state.phase].name
                     log.warning("interrupted: checkpoint of %s round %d written; continue with --resume %s", phase_name, state.round, run_dir)
                     raise
-                records = next((r for r in (p.summary_records(state.history) for p in reversed(self.protocol)) if r), [])
-                summary = final_summary(records, self.last_k, self.target_acc)
-                for name, totals in state.queries.items():
-                    summary.update({f"{QUERY_PREFIX}{name}/{k}": v for k, v in totals.as_record().items()})
-                for phase in self.protocol:
-                    summary.update(phase.summary_extras(state))
+                summary, records = run_summary(self.protocol, state, self.last_k, self.target_acc)
                 table = domain_table(summary, fed.domains, self.last_k) if summary else ""
                 tracker.finish(summary, table, records, fed.domains)
             finally:
@@ -298,19 +284,3 @@ class Federation:
         state.local_loop = choice
         log.info("%s", choice.log_line())
         return choice
-
-    def _resumed_state(self, resume: Path, fed: FederatedData, state: FederationState) -> FederationState:
-        """The checkpointed state, after checking that it fits this config's model, clients and protocol."""
-        first = self.protocol[0]
-        if state.phase == 0 and isinstance(first, Rounds) and first.model is None and first.clients is None:
-            with torch.random.fork_rng(devices=[]):
-                model = self.model.build(fed.input_shape, fed.num_classes)
-            expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-            found = {k: tuple(v.shape) for k, v in state.global_weights.items()}
-            if expected != found:
-                raise ValueError(f"--resume {resume}: the checkpoint's model does not match this config's model")
-            if set(state.client_states.ids) != set(range(len(fed.clients))):
-                raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, this config {len(fed.clients)}")
-        if state.phase >= len(self.protocol):
-            raise ValueError(f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(self.protocol)} phases")
-        return state

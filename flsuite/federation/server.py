@@ -23,9 +23,10 @@ from torch import nn
 
 from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import make_trainer
 from flsuite.federation.local.loops import LocalFit
-from flsuite.federation.method import ClientModule, FitStatistics, NoSettings
+from flsuite.federation.method import ClientModule, NoSettings
 from flsuite.federation.task import (
     ClientResult,
     ClientTask,

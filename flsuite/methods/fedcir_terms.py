@@ -17,7 +17,8 @@ from typing import Literal
 
 import torch
 
-from flsuite.federation.method import ClientModule, FitStatistics, LocalLoss, S
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule, LocalLoss, S
 
 #: L_align's reduction over the batch (`FedCiR.kl_reduction`).
 KLReduction = Literal["batch_mean", "batch_sum"]

@@ -29,7 +29,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule, FitStatistics, Method
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 

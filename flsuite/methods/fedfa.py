@@ -40,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedfa_layer import VarianceForm, client_variance, ffa

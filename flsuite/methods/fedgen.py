@@ -27,7 +27,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.phases import Phase, Rounds
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedmix_means import OWNER, Delivery, GroupMeans, pool

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from flsuite.federation.method import ClientModule, FitStatistics, Method
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 from flsuite.methods.scaffold import effective_steps

@@ -29,13 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fedcir import ProbabilisticEncoder, require_encoder
 from flsuite.methods.generators import gaussian_kl
 from flsuite.models.heads import ModelSpec
+from flsuite.models.probabilistic import ProbabilisticEncoder, require_encoder
 
 #: The state-dict names of `FedSRModel`'s reference Gaussians and scale (a client's own under `per_client`).
 REFERENCE = ("r_mu", "r_sigma", "C")

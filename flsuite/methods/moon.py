@@ -19,7 +19,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule
 from flsuite.federation.task import State
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import forward_with_representation, frozen_copy, logits_as_representation

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from flsuite.federation.method import ClientModule, FitStatistics, Method
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule, Method
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import sample_average
 

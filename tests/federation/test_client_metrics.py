@@ -13,8 +13,9 @@ from torch import nn
 
 from flsuite import records
 from flsuite.data.builtin import UCIDigitsDomains
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.method import ClientModule, FitStatistics, HyperParameters
+from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.phases import client_metrics
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg

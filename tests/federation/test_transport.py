@@ -12,8 +12,8 @@ import torch
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.executors import SerialExecutor
 from flsuite.federation.local.client import load_task_weights
-from flsuite.federation.method import Transport
 from flsuite.federation.task import ClientResult, ClientTask
+from flsuite.federation.transport import Transport
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedsr import REFERENCE, FedSR, FedSRModel
 from flsuite.methods.scaffold import Scaffold

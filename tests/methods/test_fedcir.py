@@ -16,7 +16,7 @@ from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fedcir import FedCiR, FedCiRClient, ProbabilisticEncoder
+from flsuite.methods.fedcir import FedCiR, FedCiRClient
 from flsuite.methods.generators import (
     build_generator,
     class_gaussian_mle,
@@ -24,6 +24,7 @@ from flsuite.methods.generators import (
     ensemble_loss,
     gaussian_kl,
 )
+from flsuite.models.probabilistic import ProbabilisticEncoder
 from tests.helpers import head_federation
 
 ENCODER = dict(hidden=[16], dim=8)
@@ -207,3 +208,22 @@ def test_align_needs_a_probabilistic_encoder():
     with pytest.raises(TypeError, match="ProbabilisticEncoder"):
         FedCiR(lam_align=1e-3).setup(MLP().build((6,), 3), 2)
     FedCiR(lam_reg=0.5, lam_align=0.0).setup(MLP().build((6,), 3), 2)  # L_reg alone needs only the head
+
+
+def test_the_encoders_old_class_path_still_builds_it_and_warns():
+    """`ProbabilisticEncoder` moved to flsuite.models.probabilistic (FedSR uses it too): a config that names
+    `flsuite.methods.fedcir.ProbabilisticEncoder` gets the same class, with a DeprecationWarning naming the new path."""
+    from jsonargparse import ArgumentParser
+
+    from flsuite.models.heads import ModelSpec
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--model", type=ModelSpec)
+    with pytest.warns(DeprecationWarning, match=r"is now flsuite\.models\.probabilistic\.ProbabilisticEncoder"):
+        cfg = parser.parse_args(["--model", "flsuite.methods.fedcir.ProbabilisticEncoder", "--model.dim", "8"])
+    built = parser.instantiate_classes(cfg).model
+    assert type(built) is ProbabilisticEncoder and built.dim == 8
+    with pytest.raises(AttributeError, match="has no attribute 'NotAModel'"):
+        import flsuite.methods.fedcir as fedcir
+
+        fedcir.NotAModel  # noqa: B018

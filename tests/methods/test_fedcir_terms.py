@@ -12,14 +12,16 @@ import torch
 import torch.nn.functional as F
 
 from flsuite.data.builtin import GaussianFeatures
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.local.steps import gather, probe
-from flsuite.federation.method import FitStatistics, HyperParameters
+from flsuite.federation.method import HyperParameters
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
-from flsuite.methods.fedcir import FedCiR, FedCiRClient, ProbabilisticEncoder
+from flsuite.methods.fedcir import FedCiR, FedCiRClient
 from flsuite.methods.fedcir_terms import reduce_kl
 from flsuite.methods.generators import build_generator, ensemble_loss
+from flsuite.models.probabilistic import ProbabilisticEncoder
 from tests.helpers import head_federation
 
 ENCODER = dict(hidden=[16], dim=8)

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.method import FitStatistics, HyperParameters
+from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedfa import FedFA, FedFAClient

@@ -14,10 +14,11 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from flsuite.data.base import Split
 from flsuite.federation.checkpoint import load_checkpoint
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import load_task_weights
-from flsuite.federation.method import FitStatistics, Transport
 from flsuite.federation.server import ServerContext
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
+from flsuite.federation.transport import Transport
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedgen import FedGen, FedGenClient, decayed
@@ -85,7 +86,7 @@ def test_fedsr_client_loss_matches_hand_computation():
 
 
 def test_fedsr_cmi_needs_the_reference_gaussians():
-    from flsuite.methods.fedcir import ProbabilisticEncoder
+    from flsuite.models.probabilistic import ProbabilisticEncoder
 
     client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR().client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
     with pytest.raises(TypeError, match="FedSRModel"):

@@ -14,11 +14,13 @@ import torch
 from torch import nn
 
 from flsuite.data.base import FederatedData
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.choice import outside_a_run
 from flsuite.federation.local.loops import LocalFit
-from flsuite.federation.method import ClientModule, FitStatistics, HyperParameters, Transport
+from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
+from flsuite.federation.transport import Transport
 from flsuite.federation.weights import is_finite
 from flsuite.models.heads import ModelSpec
 from flsuite.runtime import step_flops

@@ -47,7 +47,8 @@ def _torch_scan() -> Callable[..., Any] | None:
 scan = _torch_scan()
 
 if TYPE_CHECKING:
-    from flsuite.federation.method import ClientModule, FitStatistics
+    from flsuite.federation.fit_statistics import FitStatistics
+    from flsuite.federation.method import ClientModule
 
 logger = logging.getLogger(__name__)
 

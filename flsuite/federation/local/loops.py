@@ -21,6 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.compiled import CompiledSteps
 from flsuite.federation.local.sgd import grad_clearer, optimizer_step
 from flsuite.federation.local.steps import (
@@ -30,7 +31,7 @@ from flsuite.federation.local.steps import (
     gradient_offset_pairs,
     probe,
 )
-from flsuite.federation.method import ClientModule, FitStatistics
+from flsuite.federation.method import ClientModule
 
 
 class LocalFit(L.LightningModule):

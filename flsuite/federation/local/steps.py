@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from flsuite.federation.method import ClientModule, FitStatistics, LocalLoss
+from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.method import ClientModule, LocalLoss
 
 
 def split_loss(out: LocalLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
