@@ -209,3 +209,32 @@ def test_every_class_path_in_configs_and_docs_resolves():
         except (ImportError, AttributeError) as err:
             broken.append(f"{path}: {err}")
     assert broken == []
+
+
+#: Public members of the contract that are the engine's, not hooks a method overrides or declares (issue 34).
+ENGINE_OWNED = {
+    "ClientModule": {"forward", "step_hooks"},  # nn.Module's call; derived from which step hooks a class overrides
+    "Method": {"num_clients", "parameter_names", "transport", "travelling", "bytes_down", "bytes_up"},  # set by setup; accounting
+}
+
+
+def _public_members(cls: str) -> set[str]:
+    tree = ast.parse((PACKAGE / "federation" / "method.py").read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    names = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    names |= {n.target.id for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    names |= {t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_the_hook_table_lists_every_public_hook_of_the_contract():
+    """docs/architecture.md's hook table names every public member of `ClientModule` and `Method` that a method
+    overrides or declares (the engine's own members are listed above, each with its reason)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("| hook | called |") :].split("\n\n", 1)[0]
+    first_cells = " ".join(row.split("|")[1] for row in table.splitlines()[2:])
+    for cls in ("ClientModule", "Method"):
+        hooks = _public_members(cls) - ENGINE_OWNED[cls]
+        missing = sorted(h for h in hooks if not re.search(rf"\b{h}\b", first_cells))
+        assert missing == [], f"docs/architecture.md's hook table lacks {cls}: {missing}"
+        assert ENGINE_OWNED[cls] <= _public_members(cls), "an engine-owned name no longer exists: update ENGINE_OWNED"

@@ -172,7 +172,7 @@ class Method:
     parameter_names: tuple[str, ...] = ()
 
     def setup(self, model: nn.Module, num_clients: int) -> None:
-        """Called by the round loop once per run (and on resume) before any other hook."""
+        """Called once per phase that runs this method (and on resume), before any other hook of that phase."""
         self.num_clients = num_clients
         self.parameter_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
 
