@@ -61,7 +61,9 @@ def test_a_fit_outside_a_run_takes_the_lean_loop_or_standard_for_mixed_precision
 
 
 def environment(run_dir) -> dict:
-    return json.loads((run_dir / "environment.json").read_text())["local_loop"]
+    """The loop choice the run's latest start recorded: the last resume's, else the run's own."""
+    record = json.loads((run_dir / "environment.json").read_text())
+    return (record.get("resumes") or [record])[-1]["local_loop"]
 
 
 @pytest.mark.slow
