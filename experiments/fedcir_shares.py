@@ -19,6 +19,7 @@ import numpy as np
 from flsuite import compare
 from flsuite.provenance import runs_code_mix
 from flsuite.records import ACC_MEAN
+from flsuite.seeding import label_key
 
 PREFIX = "client/fedcir/"
 COLUMNS = ["ce", "reg", "align", "reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"]
@@ -36,10 +37,10 @@ def paired(runs: Path, variant: str, others: list[str], read: list[Path]) -> lis
     """Per seed both ran: `variant`'s last-k test AVG minus each other's (the paired difference the seeds share:
     same partitions, same initial weights); the run folders it reads are added to `read`."""
 
-    def avg(name: str) -> dict[int, float]:
+    def avg(name: str) -> dict[tuple[int, str], float]:
         done = [compare.load_run(s) for s in sorted((runs / name).glob("seed*")) if (s / "summary.json").is_file()]
         read.extend(r.path for r in done)
-        return {int(r.path.name[4:]): float(r.summary[r.prefix + ACC_MEAN]) for r in done}
+        return {label_key(r.path.name): float(r.summary[r.prefix + ACC_MEAN]) for r in done}
 
     mine = avg(variant)
     lines = [f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):", "", "| other | per seed | mean |", "|---|---|---|"]

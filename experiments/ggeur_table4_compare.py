@@ -20,6 +20,7 @@ import numpy as np
 from flsuite.compare import domain_std
 from flsuite.provenance import runs_code_mix
 from flsuite.records import summary_prefix
+from flsuite.seeding import label_key
 
 # GGEUR (CVPR 2025) Table 4, Digits, CLIP+MLP rows: (AVG, STD) without and with GGEUR (Steps 1 & 2).
 PAPER = {
@@ -34,7 +35,7 @@ PAPER = {
 }
 
 
-def per_seed(run: Path, read: list[Path]) -> dict[int, tuple[float, float]]:
+def per_seed(run: Path, read: list[Path]) -> dict[tuple[int, str], tuple[float, float]]:
     """seed -> (AVG, STD) of each finished seed: the last-k mean accuracy (k from the run's own summary keys) and the
     population std across domains of the last-k per-domain means (recomputed, so older summaries agree). The run
     folders read are added to `read`."""
@@ -42,7 +43,7 @@ def per_seed(run: Path, read: list[Path]) -> dict[int, tuple[float, float]]:
     for path in sorted(run.glob("seed*/summary.json")):
         read.append(path.parent)
         summary = json.loads(path.read_text())
-        out[int(path.parent.name.removeprefix("seed"))] = (float(summary[summary_prefix(summary) + "acc_mean"]), domain_std(summary)[0])
+        out[label_key(path.parent.name)] = (float(summary[summary_prefix(summary) + "acc_mean"]), domain_std(summary)[0])
     return out
 
 

@@ -62,6 +62,13 @@ class Seeds:
         return {"data_seed": self.data, "train_seed": self.train}
 
 
+def label_key(name: str) -> tuple[int, str]:
+    """A seed folder's name (`Seeds.label`) as a key that pairs runs and sorts by seed: `seed3` -> (3, ""),
+    `seed3-train1` -> (3, "train1"); readers pair a variant's runs with another's by it."""
+    seed, _, overrides = name.removeprefix("seed").partition("-")
+    return int(seed), overrides
+
+
 def check_seed(key: str, value: object) -> int:
     """`value` as a seed, or a ValueError naming `key`, what was expected and the fix."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= int(value) < SEED_LIMIT:

@@ -208,3 +208,12 @@ def test_server_held_data_follows_the_data_seed(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(fixed, public(seed=5, data_seed=3, train_seed=2)))
     assert not torch.equal(fixed[0], public(seed=0, data_seed=4, train_seed=1)[0])
     assert all(torch.equal(a, b) for a, b in zip(public(seed=3), fixed))  # only `seed`: the data seed is `seed`
+
+
+def test_a_seed_folders_label_is_a_key_that_pairs_and_sorts_by_seed():
+    from flsuite.seeding import label_key
+
+    labels = [Seeds(d, t).label(s) for s, d, t in ((10, 10, 10), (2, 2, 2), (2, 2, 1), (0, 5, 0))]
+    assert labels == ["seed10", "seed2", "seed2-train1", "seed0-data5"]
+    assert sorted(labels, key=label_key) == ["seed0-data5", "seed2", "seed2-train1", "seed10"]
+    assert label_key("seed2-train1") == (2, "train1") != label_key("seed2")

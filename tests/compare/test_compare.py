@@ -21,6 +21,7 @@ from flsuite.compare import (
     run_traffic,
 )
 from flsuite.metrics import domain_summary, final_summary
+from flsuite.seeding import label_key
 
 METHODS = {"fedavg": "flsuite.methods.fedavg.FedAvg", "fedprox": "flsuite.methods.fedprox.FedProx"}
 
@@ -50,7 +51,9 @@ def make_run(
     if path.parent.name in METHODS:
         base["method"] = {"class_path": METHODS[path.parent.name], "init_args": {"weighting": "samples"}}
     if path.name.startswith("seed"):
-        base["seed"] = int(path.name.removeprefix("seed"))
+        base["seed"], overrides = label_key(path.name)
+        if overrides.startswith("train"):
+            base["train_seed"] = int(overrides.removeprefix("train"))
     (path / "config.yaml").write_text(yaml.safe_dump(base | (config or {})))
     if finished:
         (path / "summary.json").write_text(json.dumps(final_summary(history, last_k)))
@@ -213,6 +216,25 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
         sys.argv = argv
     out = capsys.readouterr().out
     assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in out
+
+
+def test_ggeur_table4_compare_pairs_the_folders_of_a_training_seed_grid(tmp_path: Path, capsys):
+    """Runs named `seed<S>-train<T>` (experiments/study.py --train_seeds) pair by both seeds, not by the data seed."""
+    import importlib.util
+    import sys
+
+    for slug, accs in (("fedavg", (50, 70)), ("fedavg-ggeur", (60, 80))):
+        for train, shift in ((1, 0), (2, 10)):
+            make_run(tmp_path / "t4" / slug / f"seed0-train{train}", [{"x": accs[0] + shift, "y": accs[1] + shift}] * 2, 2)
+    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[2] / "experiments" / "ggeur_table4_compare.py")
+    t4 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t4)
+    argv, sys.argv = sys.argv, ["ggeur_table4_compare.py", "--runs", str(tmp_path / "t4")]
+    try:
+        t4.main()
+    finally:
+        sys.argv = argv
+    assert "| FedAvg | 65.00 → 75.00 (+10.00) | 2/2 |" in capsys.readouterr().out
 
 
 def test_group_by_config_keys(tmp_path: Path, capsys):
