@@ -22,6 +22,7 @@ from flsuite.compare import (
 )
 from flsuite.metrics import domain_summary, final_summary
 from flsuite.seeding import label_key
+from tests.helpers import load_experiment
 
 METHODS = {"fedavg": "flsuite.methods.fedavg.FedAvg", "fedprox": "flsuite.methods.fedprox.FedProx"}
 
@@ -181,12 +182,15 @@ def test_missing_inputs_name_the_path(tmp_path: Path):
         find_runs([tmp_path / "empty"])
 
 
-def test_study_script_table_is_compare_with_variant_labels(studies: Path):
-    import importlib.util
+def table4_compare(runs: Path, monkeypatch, capsys) -> str:
+    """What `python experiments/ggeur_table4_compare.py --runs RUNS` prints."""
+    monkeypatch.setattr(sys, "argv", ["ggeur_table4_compare.py", "--runs", str(runs)])
+    load_experiment("ggeur_table4_compare").main()
+    return capsys.readouterr().out
 
-    spec = importlib.util.spec_from_file_location("study", Path(__file__).parents[2] / "experiments" / "study.py")
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+
+def test_study_script_table_is_compare_with_variant_labels(studies: Path):
+    study = load_experiment("study")
     variants = [("FedAvg", ""), ("FedProx", "configs/baselines/fedprox.yaml"), ("Never ran", "x.yaml")]
     text = study.table("Study A", variants, [0, 1], studies / "studyA", "python experiments/study.py ...")
     assert "| FedAvg | 60.00 ± 5.00 | 45.00 ± 0.00 | 52.50 ± 2.50 | 7.50 ± 2.50 | 10.61 ± 3.54 | 2 |" in text
@@ -194,7 +198,7 @@ def test_study_script_table_is_compare_with_variant_labels(studies: Path):
     assert text.startswith("## Study A") and "python experiments/study.py ..." in text
 
 
-def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(tmp_path: Path, capsys):
+def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(tmp_path: Path, monkeypatch, capsys):
     run = make_run(tmp_path / "t4" / "fedavg" / "seed0", [{"x": 50, "y": 70}, {"x": 70, "y": 50}], 2)
     summary = json.loads((run / "summary.json").read_text())
     summary["last2/acc_std"] = 10.0  # as written before: the mean of the per-round stds
@@ -203,38 +207,15 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
     c = compare(group_by_parent(find_runs([tmp_path / "t4"])[0]))
     assert c.accuracy_rows()[1][0][3:6] == ["60.00", "0.00", "0.00"]  # both last-2 means are 60: std across domains 0
 
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[2] / "experiments" / "ggeur_table4_compare.py")
-    t4 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t4)
-    argv, sys.argv = sys.argv, ["ggeur_table4_compare.py", "--runs", str(tmp_path / "t4")]
-    try:
-        t4.main()
-    finally:
-        sys.argv = argv
-    out = capsys.readouterr().out
-    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in out
+    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in table4_compare(tmp_path / "t4", monkeypatch, capsys)
 
 
-def test_ggeur_table4_compare_pairs_the_folders_of_a_training_seed_grid(tmp_path: Path, capsys):
+def test_ggeur_table4_compare_pairs_the_folders_of_a_training_seed_grid(tmp_path: Path, monkeypatch, capsys):
     """Runs named `seed<S>-train<T>` (experiments/study.py --train_seeds) pair by both seeds, not by the data seed."""
-    import importlib.util
-    import sys
-
     for slug, accs in (("fedavg", (50, 70)), ("fedavg-ggeur", (60, 80))):
         for train, shift in ((1, 0), (2, 10)):
             make_run(tmp_path / "t4" / slug / f"seed0-train{train}", [{"x": accs[0] + shift, "y": accs[1] + shift}] * 2, 2)
-    spec = importlib.util.spec_from_file_location("t4", Path(__file__).parents[2] / "experiments" / "ggeur_table4_compare.py")
-    t4 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t4)
-    argv, sys.argv = sys.argv, ["ggeur_table4_compare.py", "--runs", str(tmp_path / "t4")]
-    try:
-        t4.main()
-    finally:
-        sys.argv = argv
-    assert "| FedAvg | 65.00 → 75.00 (+10.00) | 2/2 |" in capsys.readouterr().out
+    assert "| FedAvg | 65.00 → 75.00 (+10.00) | 2/2 |" in table4_compare(tmp_path / "t4", monkeypatch, capsys)
 
 
 def test_group_by_config_keys(tmp_path: Path, capsys):
