@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, logging, sys, time
-from flsuite.cli import build_federation, fit_federation, fit_parser, resolved_config_yaml
+from flsuite.cli import build_federation, fit_federation, resolved_config_yaml
+from flsuite.cli_parsers import fit_parser
 logging.basicConfig(level=logging.INFO)
 parser = fit_parser()
 cfg = parser.parse_args(["--config", sys.argv[2], "--progress", "false", "--wandb.enabled", "false"])

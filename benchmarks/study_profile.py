@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: method `m` wherever a subclass of X defines it.
 PHASES: dict[str, list[str]] = {
     "run set-up (parser, config, objects)": [
-        "flsuite.cli:fit_parser",
+        "flsuite.cli_parsers:fit_parser",  # as main_parser calls it
+        "flsuite.cli:fit_parser",  # the names flsuite.cli's functions call
         "flsuite.cli:main_parser",
         "flsuite.cli:build_federation",
         "flsuite.fit_data:build_federation",
@@ -152,7 +153,7 @@ def fedegg_runs(args: argparse.Namespace, out: Path, clock: PhaseClock) -> list[
     if args.rounds is not None:
         (out / "rounds.yaml").write_text(f"rounds: {args.rounds}\n")
         fedegg.SETTINGS["dir0.1"] = [*fedegg.SETTINGS["dir0.1"], str(out / "rounds.yaml")]
-    install(clock)  # fedegg_study imported flsuite.cli's functions by name: wrap its copies too
+    install(clock)  # fedegg_study imported the command line's functions by name: wrap its copies too
     fedegg.build_federation = clock.wrap(fedegg.build_federation, "run set-up (parser, config, objects)")
     fedegg.fit_parser = clock.wrap(fedegg.fit_parser, "run set-up (parser, config, objects)")
     fedegg.prewarm = clock.wrap(fedegg.prewarm, "data and feature cache")
@@ -205,7 +206,7 @@ def main() -> None:
     os.environ.setdefault("FLSUITE_THREADS", "1")
     load = os.getloadavg()
     start = time.perf_counter()
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     fit_parser()
     imports = time.perf_counter() - start

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from flsuite.cli import build_federation, fit_parser
+from flsuite.cli import build_federation
+from flsuite.cli_parsers import fit_parser
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.methods.fedcir import SIGMA_G_MIN
 from flsuite.methods.generators import gaussian_kl

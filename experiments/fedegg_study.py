@@ -27,7 +27,8 @@ import math
 import time
 from pathlib import Path
 
-from flsuite.cli import build_federation, fit_parser, resolved_config_yaml
+from flsuite.cli import build_federation, resolved_config_yaml
+from flsuite.cli_parsers import fit_parser
 from flsuite.data.base import DataSource, FederatedData
 from flsuite.federation.server import PublicData
 from flsuite.provenance import move_aside, same_experiment

@@ -32,7 +32,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
     from flsuite.methods.ggeur import class_statistics, geometry, pooled_covariance, similarity
 
     parser = fit_parser()

@@ -120,7 +120,7 @@ def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[
 
 @functools.cache
 def _fit_parser():
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     return fit_parser()
 

@@ -53,7 +53,7 @@ KILLED = 137
 
 def _warm_up() -> None:
     """Worker start: import what every run imports (torch, Lightning, every flsuite module via the parser)."""
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     fit_parser()
 

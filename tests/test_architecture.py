@@ -24,7 +24,7 @@ LAYERS = [
     ("run services", ("metrics", "tracking", "run_environment", "runfolder", "provenance", "preflight")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
-    ("tools", ("cli", "config_files", "config_errors", "fit_data", "pool", "sweep", "compare", "dashboard")),
+    ("tools", ("cli", "cli_parsers", "config_files", "config_errors", "fit_data", "pool", "sweep", "compare", "dashboard")),
 ]
 
 

@@ -121,7 +121,8 @@ def test_print_config_round_trips_and_runs_the_same(tmp_path, capsys):
 
 
 def test_quickstart_config_parses():
-    from flsuite.cli import build_federation, fit_parser
+    from flsuite.cli import build_federation
+    from flsuite.cli_parsers import fit_parser
 
     parser = fit_parser()
     fed = build_federation(parser, parser.parse_args(["--config", str(QUICKSTART)]))
@@ -203,7 +204,7 @@ CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not is_overlay
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
 def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     parser = fit_parser()
     cfg = parser.parse_args(["--config", str(path)])

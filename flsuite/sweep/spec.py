@@ -161,7 +161,7 @@ def fit_args(command: Sequence[str]) -> list[str] | None:
 
 def check_fit_args(args: Sequence[str], parser: Any = None) -> Any:
     """Parse `flsuite fit` arguments (what `--print_config` resolves); raise SweepError naming the bad key."""
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     parser = parser or fit_parser()
     try:

@@ -165,7 +165,8 @@ class Sweep:
             args = fit_args(self.trial_command(params, run_dir))
             if args is None or not (run_dir / "environment.json").is_file():
                 continue
-            from flsuite.cli import fit_parser, resolved_config_yaml
+            from flsuite.cli import resolved_config_yaml
+            from flsuite.cli_parsers import fit_parser
 
             parser = parser or fit_parser()
             decision = same_experiment(run_dir, resolved_config_yaml(parser, check_fit_args(args, parser)))

@@ -20,7 +20,8 @@ from tests.helpers import run_cli
 
 def _fit_data(config: Path) -> tuple[object, FederatedData]:
     """The data source `flsuite fit --config CONFIG` runs on (`fit_federation`: the index consulted) and its build."""
-    from flsuite.cli import fit_parser, resolved_config_yaml
+    from flsuite.cli import resolved_config_yaml
+    from flsuite.cli_parsers import fit_parser
     from flsuite.fit_data import fit_federation
 
     parser = fit_parser()

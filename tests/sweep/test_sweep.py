@@ -41,7 +41,7 @@ def dotted(cfg: dict, key: str):
 
 @pytest.fixture(scope="module")
 def fit_parser():
-    from flsuite.cli import fit_parser
+    from flsuite.cli_parsers import fit_parser
 
     return fit_parser()
 
