@@ -126,7 +126,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="fedegg-gate-non-strict",
-        file="flsuite/methods/fedegg.py",
+        file="flsuite/methods/fedegg_equations.py",
         old="return llr(loss_c, loss_g) < tau",
         new="return llr(loss_c, loss_g) <= tau",
         breaks="FedEGG's gate (Eq. 8) opens at log₂(L^c/L^g) = τ (non-strict comparison)",

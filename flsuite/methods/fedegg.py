@@ -31,7 +31,8 @@ last hidden layer (post-ReLU for the suite's MLP/CNN heads), cos clamped to ≥ 
 Guiding steps are plain SGD (no momentum or weight decay, Eq. 7) at γ_t = `lr_scale` · `local.lr_at(t)`;
 `lr_scale: 0` (γ = 0) skips the steps, so the run is FedAvg's (Remark 3.9), as it is with `tau: -inf`.
 The paper's features come from the pre-trained W₀; here W₀ is the run's initial model (on frozen-encoder
-features, the encoder is the pre-trained part).
+features, the encoder is the pre-trained part). The equations as functions, and Eq. 2's client query (`TauQuery`):
+`flsuite.methods.fedegg_equations`.
 """
 
 from __future__ import annotations
@@ -43,90 +44,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.data.base import ClientData, EpochBatches, Split
+from flsuite.data.base import EpochBatches, Split
 from flsuite.data.guiding import fl_labels
-from flsuite.federation.query import ClientQuery, QueryTask
 from flsuite.federation.server import PublicData, ServerContext, ServerStep
 from flsuite.federation.task import LocalTraining, ServerUpdate, State, Weights
-from flsuite.federation.weights import clone_weights, distance
+from flsuite.federation.weights import clone_weights
+from flsuite.methods.fedegg_equations import CHUNK, TauQuery, gate_open, llr, log2_cos, mean_feature, momentum_loss, threshold, update_ratio
 from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
-
-CHUNK = 1024  # rows per forward pass when averaging features or losses
-
-
-def mean_feature(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """mean_x f^l(W; x) in float64, computed in chunks (the model's `features`)."""
-    features = check_contract(model).features
-    model.eval()
-    with torch.no_grad():
-        total = sum(features(part).to(torch.float64).sum(0) for part in x.split(CHUNK))
-    if not isinstance(total, torch.Tensor):  # the sum's start, 0: no chunks
-        raise ValueError("mean_feature needs at least one row")
-    return total / len(x)
-
-
-def log2_cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    """log₂ cos(a, b), cos clamped to ≥ 1e-8 (A2)."""
-    cos = F.cosine_similarity(a.to(torch.float64), b.to(torch.float64), dim=0)
-    return math.log2(max(float(cos), 1e-8))
-
-
-def threshold(tau_k: list[float], rho: float, iota: float) -> float:
-    """Eq. 3: τ = ρ · mean_k τ_k + ι."""
-    return rho * sum(tau_k) / len(tau_k) + iota
-
-
-def llr(loss_c: float, loss_g: float) -> float:
-    """The log-loss ratio log₂(L^c / L^g) of Eq. 8; both losses cross-entropies, so positive and finite unless a
-    run has diverged or fits its data exactly, which is refused with the values (log₂ is undefined there)."""
-    if not (math.isfinite(loss_c) and math.isfinite(loss_g) and loss_c > 0 and loss_g > 0):
-        raise ValueError(
-            f"FedEGG's gate needs positive, finite losses for log2(L^c / L^g); got L^c = {loss_c!r} (the clients' FL-task "
-            f"cross-entropy, momentum-averaged) and L^g = {loss_g!r} (the guiding loss)"
-        )
-    return math.log2(loss_c / loss_g)
-
-
-def gate_open(loss_c: float, loss_g: float, tau: float) -> bool:
-    """Eq. 8: guide iff log₂(L^c / L^g) < τ."""
-    return llr(loss_c, loss_g) < tau
-
-
-def momentum_loss(previous: float | None, round_losses: list[float], beta: float) -> float:
-    """Eq. 6: L^c ← β L^c + (1 − β) mean_k L_k; the first round starts L^c at the mean (no zero bias, A4)."""
-    mean = sum(round_losses) / len(round_losses)
-    return mean if previous is None else beta * previous + (1 - beta) * mean
-
-
-class TauQuery(ClientQuery):
-    """Eq. 2 on the client under W₀: uploads τ_k (form "eq3") or its mean feature (form "remark")."""
-
-    name = "fedegg/tau"
-
-    def __init__(self, form: Literal["eq3", "remark"] = "eq3") -> None:
-        self.form = form
-
-    def compute(self, client: ClientData, task: QueryTask, model: nn.Module | None) -> dict:
-        assert model is not None, "the τ query needs the initial weights"
-        mean = mean_feature(model, client.train.x)
-        if self.form == "remark":
-            return {"mean_feature": mean.to(torch.float32)}
-        return {"tau_k": torch.tensor(log2_cos(mean, task.broadcast["guide_mean"]), dtype=torch.float64)}
-
-
-def update_ratio(start: Weights | None, aggregated: Weights, guided: Weights, model: nn.Module) -> float:
-    """‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖ over the model's parameters: the guiding update's size relative to the round's
-    aggregated update (inf when the aggregate did not move)."""
-    if start is None:
-        raise ValueError("FedEGG's update_ratio needs the round's starting weights (ServerContext.start_weights)")
-    names = [n for n, _ in model.named_parameters()]
-    guiding, aggregate = distance(guided, aggregated, names), distance(aggregated, start, names)
-    return guiding / aggregate if aggregate > 0 else (math.inf if guiding > 0 else 0.0)
-
 
 class Guided(nn.Module):
     """What the guiding step trains: the shared trunk with the guiding head, head_g(features(x)) (the FL head not in

@@ -26,8 +26,8 @@ from flsuite.federation.server import PublicData
 from flsuite.federation.task import LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.fedegg import (
-    FedEGG,
+from flsuite.methods.fedegg import FedEGG
+from flsuite.methods.fedegg_equations import (
     gate_open,
     llr,
     log2_cos,
