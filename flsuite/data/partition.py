@@ -1,7 +1,8 @@
 """Partition protocols: which training samples each client holds. Everything is seeded through `rng`.
 
 The functions return a list of index arrays, one per client; together they cover the input exactly once. The
-`Partitioner` classes below wrap them as config-selectable protocols over several domains.
+`Partitioner` classes below wrap them as config-selectable protocols over several domains; the reference ones without
+skew, `IID` and `Centralised`, are in `flsuite.data.partition_reference`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from flsuite.data.partition_checks import (
     _single_domain,
 )
 
-__all__ = ["IID", "Centralised", "ClientIndices", "Dirichlet", "DomainSkew", "LabelDomainSkew", "Partitioner", "drop_empty_clients"]
+__all__ = ["ClientIndices", "Dirichlet", "DomainSkew", "LabelDomainSkew", "Partitioner", "drop_empty_clients"]
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +71,6 @@ def drop_empty_clients(clients: list[ClientIndices]) -> tuple[list[ClientIndices
         where = ", ".join(f"(domain {d!r}, position {i})" for d, i in dropped)
         log.warning("dropped %d empty client(s) of %d: %s", len(dropped), len(clients), where)
     return kept, len(dropped)
-
-
-class IID(Partitioner):
-    """Uniform random near-equal split of a single domain's training data (the IID reference setting).
-
-    Args:
-        num_clients: Number of clients (>= 1).
-    """
-
-    def __init__(self, num_clients: int = 10) -> None:
-        _check_num_clients(num_clients)
-        self.num_clients = int(num_clients)
-
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
-        labels = _labels(train_labels, num_classes)
-        domain = _single_domain(labels, "IID")
-        _check_enough_samples(domain, len(labels[domain]), self.num_clients)
-        return [ClientIndices(domain, part) for part in iid_partition(len(labels[domain]), self.num_clients, rng)]
 
 
 class Dirichlet(Partitioner):
@@ -260,23 +243,3 @@ class LabelDomainSkew(Partitioner):
 
     def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
         return self.split_with_coefficients(train_labels, num_classes, rng)[0]
-
-
-class Centralised(Partitioner):
-    """One client holding the whole training split (linear probes; "FedAvg with 1 client" sanity checks).
-
-    Single-domain only: for several domains, pool them into one domain in the data source, or use
-    DomainSkew(clients_per_domain=1) for one client per domain.
-    """
-
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
-        labels = _labels(train_labels, num_classes)
-        domains = list(labels)
-        if len(domains) != 1:
-            raise DataError(
-                f"Centralised holds a single domain, but the data has {len(domains)} domains {domains}; pool them into "
-                "one domain in the data source, or use DomainSkew(clients_per_domain=1) for one client per domain"
-            )
-        domain = domains[0]
-        _check_enough_samples(domain, len(labels[domain]), 1)
-        return [ClientIndices(domain, np.arange(len(labels[domain]), dtype=np.int64))]
