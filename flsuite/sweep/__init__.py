@@ -40,6 +40,7 @@ Decisions (the same file runs unchanged under `wandb sweep` + `wandb agent`):
 """
 
 from flsuite.sweep.cli import main, parser
+from flsuite.sweep.progress import Progress
 from flsuite.sweep.report import (
     fmt,
     note,
@@ -66,10 +67,11 @@ from flsuite.sweep.spec import (
     objective_value,
     per_round_key,
 )
-from flsuite.sweep.study import Progress, Sweep, TrialFailed, read_new_records, stop
+from flsuite.sweep.study import Sweep, TrialFailed, read_new_records, stop
 
 # The modules: spec (the W&B file -> a checked spec, the agent's command), samplers (optuna samplers, pruners, the
-# trials' parameters), study (the study and the trials), report (trials.md/csv, best.yaml, plots), cli (the command line).
+# trials' parameters), study (the study and the trials), progress (a line per finished trial), report (trials.md/csv,
+# best.yaml, plots), cli (the command line).
 __all__ = [
     "DISTRIBUTIONS",
     "MACROS",

@@ -1,4 +1,5 @@
-"""The optuna side of a sweep: the study in SQLite, and trials run as processes (samplers and pruners: samplers.py).
+"""The optuna side of a sweep: the study in SQLite, and trials run as processes (samplers and pruners: samplers.py;
+the line per finished trial: progress.py).
 
 Only optuna's public API is used: the re-queue of interrupted trials goes through the storage this module creates (an
 `optuna.storages.RDBStorage`, whose methods are the documented storage interface), finding trial ids by number.
@@ -11,15 +12,14 @@ import json
 import logging
 import os
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from flsuite.records import ROUND
-from flsuite.sweep.report import fmt, plots, trial_rows, write_report
+from flsuite.sweep.progress import Progress
+from flsuite.sweep.report import plots, trial_rows, write_report
 from flsuite.sweep.samplers import suggest
 from flsuite.sweep.spec import (
     SweepError,
@@ -231,48 +231,6 @@ class Sweep:
     def plots(self, study: Any) -> dict[str, Path]:
         """optuna's matplotlib figures: the metric against each parameter (slice), importance, parallel coordinates."""
         return plots(self, study)
-
-
-class Progress:
-    """An optuna callback: one line on stderr per finished trial (trials done / the sweep's target, the trial's
-    parameters and score, the best so far, the time since the sweep started), so a sweep is never silent for minutes."""
-
-    def __init__(self, sweep: Sweep, target: int, done: int = 0) -> None:
-        self.sweep, self.target, self.done, self.start = sweep, target, done, time.monotonic()
-        self.lock = threading.Lock()  # optuna calls back from its worker threads
-
-    def __call__(self, study: Any, trial: Any) -> None:
-        with self.lock:
-            self.done += 1
-            done = self.done
-        print(self.line(study, trial, done, time.monotonic() - self.start), file=sys.stderr, flush=True)
-
-    def line(self, study: Any, trial: Any, done: int, seconds: float) -> str:
-        state = trial.state.name
-        if state == "COMPLETE":
-            score = f"{self.sweep.metric} = {fmt(trial.value)}"
-        elif state == "PRUNED":
-            last = max(trial.intermediate_values) if trial.intermediate_values else None
-            score = f"pruned at round {last}" if last is not None else "pruned"
-        else:
-            score = f"{state.lower()}; see {self.sweep.out / 'logs' / f'{trial.number:04d}.log'}"
-        params = ", ".join(f"{k}={fmt(v)}" for k, v in trial.params.items()) or "no parameters"
-        try:
-            best = study.best_trial
-            best_text = f"best {fmt(best.value)} (trial {best.number})"
-        except ValueError:  # no complete trial yet
-            best_text = "best —"
-        return f"sweep {self.sweep.name} [{done}/{self.target}] trial {trial.number}: {score} | {params} | {best_text} | {duration(seconds)} elapsed"
-
-
-def duration(seconds: float) -> str:
-    """`42s`, `3m05s`, `1h02m`."""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def read_new_records(path: Path, seen: int) -> list[dict[str, Any]]:
