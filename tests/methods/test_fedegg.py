@@ -17,6 +17,8 @@ from flsuite.data.guiding import (
     ClassFolder,
     GuidingSet,
     fl_labels,
+)
+from flsuite.data.guiding_selection import (
     load_mapping,
     related_classes,
     select_classes,
