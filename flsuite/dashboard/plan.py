@@ -1,5 +1,6 @@
 """What a dashboard shows, as typed data built from the record schema (`flsuite.records`) and the keys the runs
-logged; `flsuite.dashboard.spec` turns it into W&B's own workspace and report objects.
+logged (the panels it is made of: `flsuite.dashboard.panels`); `flsuite.dashboard.spec` turns it into W&B's own
+workspace and report objects.
 
 Decisions:
 - Every key a panel names comes from `flsuite.records` (constants, `acc/<domain>`, last-k prefixes), never a literal
@@ -20,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from flsuite import records
+from flsuite.dashboard.panels import Bars, Curves, Importance, Panel, Parallel, Scalar
 from flsuite.records import (
     ACC_MEAN,
     ACC_PREFIX,
@@ -43,51 +45,6 @@ from flsuite.records import (
     VAL_PREFIX,
     last_k_prefix,
 )
-
-
-@dataclass(frozen=True)
-class Curves:
-    """A line plot against `round`, grouped by method: the mean over seeds, ± std shaded. `regex` stands for keys
-    not known yet (`acc/<domain>` before any run is read)."""
-
-    title: str
-    keys: tuple[str, ...]
-    regex: str | None = None
-
-
-@dataclass(frozen=True)
-class Bars:
-    """Summary numbers by method: one bar per method (mean over seeds, std error bars) for each key."""
-
-    title: str
-    keys: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Scalar:
-    """One summary number, aggregated over the shown runs (mean, std range)."""
-
-    title: str
-    key: str
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """Parallel coordinates: the swept config keys, ending in the sweep's metric (its summary value)."""
-
-    title: str
-    config_keys: tuple[str, ...]
-    metric: str
-
-
-@dataclass(frozen=True)
-class Importance:
-    """W&B's parameter importance with respect to a metric."""
-
-    metric: str
-
-
-Panel = Curves | Bars | Scalar | Parallel | Importance
 
 
 @dataclass(frozen=True)

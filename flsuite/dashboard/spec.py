@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from flsuite.dashboard.plan import Bars, Curves, Importance, Panel, Parallel, RunFilter, Scalar, StudyReport, View
+from flsuite.dashboard.panels import Bars, Curves, Importance, Panel, Parallel, Scalar
+from flsuite.dashboard.plan import RunFilter, StudyReport, View
 from flsuite.records import ROUND
 
 if TYPE_CHECKING:
