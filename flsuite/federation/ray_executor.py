@@ -8,12 +8,12 @@ client by reference, so a task carries only the client id, round, seed and that 
 
 Results are deterministic and equal to `SerialExecutor`'s: each client's randomness comes from the seed in its task.
 
-Ray is imported lazily, so this module imports without it; `python -m pip install -e ".[ray]"` installs it.
+Ray is imported lazily (`flsuite.federation.ray_start`), so this module imports without it; `python -m pip install
+-e ".[ray]"` installs it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import traceback
@@ -24,6 +24,7 @@ from typing import Any, Literal
 from flsuite.federation.executors import Executor
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.query import QueryResult, QueryTask
+from flsuite.federation.ray_start import import_ray, quiet_local_token_notice
 from flsuite.federation.ray_workers import ClientWorker, WorkerKind, leave_idle, take_idle_workers
 from flsuite.federation.task import ClientFailure, ClientResult, ClientTask
 
@@ -33,41 +34,6 @@ log = logging.getLogger(__name__)
 _DEPTH = 2
 #: How long `start` waits for the workers to come up before going on with those that did.
 _READY_TIMEOUT_S = 300.0
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError('RayExecutor needs Ray: python -m pip install -e ".[ray]" (in a clone of flsuite)') from err
-    return ray
-
-
-#: Ray's logger for its token-authentication notices, and the start of the one a local run drops.
-_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-_TOKEN_AUTH_ENABLED = "Token authentication is enabled for this Ray cluster."
-
-
-def _drop_token_auth_enabled(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(_TOKEN_AUTH_ENABLED)
-
-
-@contextlib.contextmanager
-def _quiet_local_token_notice(local: bool) -> Iterator[None]:
-    """Drop Ray's "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out"
-    warning while flsuite starts a local Ray: it tells a local user to opt out of a protection of a cluster that only
-    this process uses. Ray has no option for it: its switch, RAY_AUTH_MODE, is read into Ray's cached config (set
-    after `import ray`, the local start fails) and would stay in the user's environment. So a filter on Ray's logger,
-    for this call only; Ray's other notices, and the same warning in a user's own `ray.init`, still show."""
-    if not local:
-        yield
-        return
-    logger = logging.getLogger(_RAY_AUTH_LOGGER)
-    logger.addFilter(_drop_token_auth_enabled)
-    try:
-        yield
-    finally:
-        logger.removeFilter(_drop_token_auth_enabled)
 
 
 class RayExecutor(Executor):
@@ -131,13 +97,13 @@ class RayExecutor(Executor):
     # ------------------------------------------------------------------------------------------------------------
     def start(self, env: ClientEnvironment) -> None:
         super().start(env)
-        ray = _import_ray()
+        ray = import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"address": self.address}
             if self.address is None:
                 kwargs.update(num_cpus=self.num_cpus, include_dashboard=False)
-            with _quiet_local_token_notice(self.address is None):
+            with quiet_local_token_notice(self.address is None):
                 ray.init(**kwargs)
             self._owns_ray = True
         placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
@@ -206,13 +172,13 @@ class RayExecutor(Executor):
         super().set_env(env)
         if not self._actors:
             return
-        ray = _import_ray()
+        ray = import_ray()
         self._env_ref = ray.put(env)
         ray.get([a.set_env.remote(self._env_ref) for a in self._actors])
 
     # ------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[ClientTask]) -> list[ClientResult | ClientFailure]:
-        ray = _import_ray()
+        ray = import_ray()
         shared: dict[tuple[int, int, int], Any] = {}  # one object-store copy per distinct (weights, broadcast, held)
 
         def submit(actor, t: ClientTask):
@@ -230,7 +196,7 @@ class RayExecutor(Executor):
         """Run `submit(actor, task)` for every task on the workers, with retries and dead-worker replacement."""
         if not self._actors:
             raise RuntimeError("RayExecutor.run called before start()")
-        ray = _import_ray()
+        ray = import_ray()
         outcomes: list[ClientResult | ClientFailure | None] = [None] * len(tasks)
         attempts = [0] * len(tasks)
         queue = deque(range(len(tasks)))
@@ -270,7 +236,7 @@ class RayExecutor(Executor):
             outcomes[i] = ClientFailure(task.client_id, task.round, message, attempt)
 
     def _replace_actor(self, slot: int) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         try:
             ray.kill(self._actors[slot], no_restart=True)
         except Exception:  # noqa: BLE001 - it is already gone
@@ -280,7 +246,7 @@ class RayExecutor(Executor):
     def close(self) -> None:
         if not self._actors and not self._owns_ray:
             return
-        ray = _import_ray()
+        ray = import_ray()
         if self.keep_workers and self._kind is not None and not self._owns_ray and ray.is_initialized():
             leave_idle(self._kind, self._actors)
         else:
