@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 
 from flsuite.cli import federation_from_configs
+from flsuite.federation.run_loop_choice import run_loop_choice
 from flsuite.federation.state import FederationState
 
 
 def choice_of(configs: list[str]) -> tuple[int, str]:
     federation = federation_from_configs(*configs)
     fed, _ = federation.build_data()
-    return federation.rounds, federation.loop_choice(fed, FederationState.empty()).log_line()
+    return federation.rounds, run_loop_choice(federation, fed, FederationState.empty()).log_line()
 
 
 def main() -> None:

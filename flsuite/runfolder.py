@@ -159,7 +159,7 @@ def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Ma
         if key == "rounds" and isinstance(a.get(key), int) and isinstance(b.get(key), int):
             (allowed if b[key] > a[key] else blocking).append(key)
         elif key == "local.loop" and b.get(key) == "auto":
-            allowed.append(key)  # `auto` resumes on the loop the run began with (`Federation.loop_choice`)
+            allowed.append(key)  # `auto` resumes on the loop the run began with (`flsuite.federation.run_loop_choice`)
         elif _allowed(key):
             allowed.append(key)
         else:

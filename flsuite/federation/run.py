@@ -19,11 +19,12 @@ from flsuite.data.validation import ValidationSplit
 from flsuite.federation.checkpoint import load_checkpoint, resolve_checkpoint, run_dir_of
 from flsuite.federation.context import RunContext, RunSettings
 from flsuite.federation.executors import Executor, SerialExecutor
-from flsuite.federation.local.choice import LoopChoice, choose_loop, resolved
+from flsuite.federation.local.choice import resolved
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
 from flsuite.federation.phases import Phase, Rounds
 from flsuite.federation.resume import resumable_state
+from flsuite.federation.run_loop_choice import run_loop_choice
 from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.server import ServerStep, check_step_names
 from flsuite.federation.setup import SetupStage
@@ -226,7 +227,7 @@ class Federation:
             run_dir = create_run_dir(planned, self.output_dir, self.name, self.seeds.label(self.seed))
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
-            choice = self.loop_choice(fed, state)  # before the config is replaced: a resumed run's own config may name its loop
+            choice = run_loop_choice(self, fed, state)  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
             resumed_at = {"phase": state.phase, "round": state.round} if resume is not None else None
             record_environment(run_dir, environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}, resumed_at)
@@ -262,25 +263,3 @@ class Federation:
             self.executor.close()
         log.info("run folder: %s", run_dir)
         return summary | {"table": table, "run_dir": str(run_dir)}
-
-    def loop_choice(self, fed: FederatedData, state: FederationState) -> LoopChoice:
-        """`local.loop` decided for this run (`flsuite.federation.local.choice`), logged; kept in the checkpointed
-        state (`state.local_loop`), so a resumed run trains with the loop it started with."""
-        if state.local_loop is not None:
-            choice = state.local_loop
-        elif state.history and self.local.loop == "auto":  # resuming a run begun before `auto` (checkpoint format 3)
-            began = ((yaml.safe_load(state.config_yaml or "") or {}).get("local") or {}).get("loop", "lean")  # lean: the old default
-            choice = LoopChoice(began, "the loop this resumed run began with (before local.loop auto)", "auto")
-        else:
-            choice = choose_loop(
-                self.local,
-                fed.input_shape,
-                self.method.client_module.step_hooks,
-                [len(c.train) for c in fed.clients],
-                self.sampling.clients_per_round(len(fed.clients)),
-                self.rounds,
-                self.executor.processes,
-            )
-        state.local_loop = choice
-        log.info("%s", choice.log_line())
-        return choice
