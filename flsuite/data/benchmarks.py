@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 
 from flsuite.data import cache_index
 from flsuite.data.base import ClientData, DataError, DataSource, FederatedData, Split
+from flsuite.data.benchmark_layout import BenchmarkLayout, DomainData
 from flsuite.data.image_arrays import ImageArrays
 from flsuite.data.index_splits import train_test_split_indices
 from flsuite.data.indexed_pool import IndexedPool, StaleIndexError
@@ -41,33 +41,12 @@ from flsuite.models.frozen_encoder import FrozenEncoder
 from flsuite.paths import cache_path, data_path
 from flsuite.seeding import numpy_rng
 
-__all__ = ["Benchmark", "BenchmarkLayout", "DomainData", "to_pixels"]
+__all__ = ["Benchmark", "to_pixels"]
 
 log = logging.getLogger(__name__)
 
 #: Suites read from `<root>/<domain>/<class>/*` alone (so the feature cache's index can check their files).
 FOLDER_SUITES = frozenset({"office_caltech10", "pacs", "office_home", "domainnet"})
-
-
-@dataclass
-class DomainData:
-    """One domain's image pools and which of their rows form its training and test splits (disjoint); an
-    `IndexedPool` where the data comes from the feature cache's index (`Benchmark.use_index`)."""
-
-    train_pool: ImageArrays | IndexedPool
-    train_rows: np.ndarray
-    test_pool: ImageArrays | IndexedPool
-    test_rows: np.ndarray
-    pools: tuple[str, str]  # the pools' names in cache keys: ("train", "test") or ("all", "all")
-
-
-@dataclass
-class BenchmarkLayout:
-    """A benchmark's domains and each client's (domain, rows of the domain's training pool), in client-id order."""
-
-    domains: dict[str, DomainData]
-    clients: list[tuple[str, np.ndarray]]
-    dropped: int
 
 
 def _capped(rows: np.ndarray, cap: int | None, rng: np.random.Generator) -> np.ndarray:
