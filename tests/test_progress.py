@@ -136,11 +136,11 @@ SERVER_FIT = textwrap.dedent("""
     logging.basicConfig(level=logging.INFO)  # as the command line does
     import torch
     from flsuite.data.base import EpochBatches, Split
-    from flsuite.federation.server import ServerContext
+    from flsuite.federation.server import RoundServer
     from flsuite.federation.task import LocalTraining
     from flsuite.models.heads import Linear
 
-    server = ServerContext(0, 0, [], 1, lambda: Linear().build((4,), 2))
+    server = RoundServer(0, 0, [], 1, lambda: Linear().build((4,), 2))
     split = Split(torch.randn(16, 4), torch.randint(0, 2, (16,)))
     server.train(server.build_model(), EpochBatches(split, 4, server.generator("x"), epochs=2), LocalTraining(epochs=2, batch_size=4), purpose="x")
     print("fit done")

@@ -19,7 +19,7 @@ from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
 from flsuite.federation.query import ClientQuery, QueryOutcome, ask
 from flsuite.federation.sampling import ClientSampling
-from flsuite.federation.server import ServerContext, ServerStep
+from flsuite.federation.server import RoundServer, ServerStep
 from flsuite.federation.state import FederationState, QueryAnswer, QueryTotals
 from flsuite.federation.task import ClientResult, LocalTraining, Weights
 from flsuite.federation.weights import digest
@@ -132,11 +132,11 @@ class RunContext:
         model: ModelSpec | None = None,
         num_clients: int | None = None,
         start_weights: Weights | None = None,
-    ) -> ServerContext:
+    ) -> RoundServer:
         """The server's context in `round`: its random stream, the round's results and starting weights, `model` (the
         run's by default)."""
         spec, data = model or self.settings.model, self.data
-        return ServerContext(
+        return RoundServer(
             round,
             self.settings.seed,
             results,

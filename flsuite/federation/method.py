@@ -38,7 +38,7 @@ from flsuite.federation.weights import num_bytes, weighted_average
 
 if TYPE_CHECKING:
     from flsuite.federation.phases import Phase
-    from flsuite.federation.server import ServerContext
+    from flsuite.federation.server_context import ServerContext
 
 
 @dataclass(frozen=True)

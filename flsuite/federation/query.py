@@ -13,16 +13,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from torch import nn
 
 from flsuite.federation.task import ClientFailure, Weights
 from flsuite.federation.weights import num_bytes
 
 if TYPE_CHECKING:
     from flsuite.data.base import ClientData, FederatedData
-    from flsuite.federation.local.client import ClientEnvironment
 
 
 class ClientQuery(abc.ABC):
@@ -61,7 +61,17 @@ class QueryResult:
         return num_bytes(self.upload)
 
 
-def run_query(env: ClientEnvironment, task: QueryTask) -> QueryResult:
+class QueryEnvironment(Protocol):
+    """What answering a query needs of the run's clients: their data and the run's model (an executor's
+    `flsuite.federation.local.client.ClientEnvironment` is one)."""
+
+    @property
+    def data(self) -> FederatedData: ...
+
+    def build_model(self) -> nn.Module: ...
+
+
+def run_query(env: QueryEnvironment, task: QueryTask) -> QueryResult:
     """Compute one client's answer (executors call this, in-process or on a worker)."""
     model = None
     if task.weights is not None:

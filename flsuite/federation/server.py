@@ -1,9 +1,10 @@
 """The server side of a round: its context, its training, and server steps that compose with any method.
 
-`ServerContext` is what the server may use after the clients of a round have reported: the round's results, a random
-stream derived from (seed, round, purpose) — the same under every executor, because it never touches the process's
-global RNG state that in-process clients advance — server-held data declared in config, and `fit`, a lean Lightning
-`Trainer.fit` like a client's.
+`RoundServer` is the engine's `ServerContext` (`flsuite.federation.server_context`: the contract the method's hooks
+see), what the server may use after the clients of a round have reported: the round's results, a random stream derived
+from (seed, round, purpose) — the same under every executor, because it never touches the process's global RNG state
+that in-process clients advance — and `fit`, a lean Lightning `Trainer.fit` like a client's; `PublicData` is
+server-held data declared in config.
 
 A `ServerStep` runs after the method has aggregated ("X + step" by config, as setup stages compose with any method):
 it receives the aggregated weights and its own state and returns new ones; nothing is mutated in place, so the loop
@@ -27,6 +28,7 @@ from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import make_trainer
 from flsuite.federation.local.loops import LocalFit
 from flsuite.federation.method import ClientModule, NoSettings
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import (
     ClientResult,
     ClientTask,
@@ -41,15 +43,15 @@ from flsuite.seeding import derive_seed, torch_generator
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
 
-__all__ = ["PublicData", "ServerContext", "ServerFinetune", "ServerStep", "run_server_steps"]
+__all__ = ["PublicData", "RoundServer", "ServerFinetune", "ServerStep", "run_server_steps"]
 
-#: The client id of the server's own supervised fits (`ServerContext.train`).
+#: The client id of the server's own supervised fits (`RoundServer.train`).
 SERVER = -1
 
 
 @dataclass
-class ServerContext:
-    """What the server has in round `round` (see the module docstring)."""
+class RoundServer:
+    """What the server has in round `round`: the engine's `ServerContext` (see the module docstring)."""
 
     round: int
     seed: int

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir_terms import KL_REDUCTIONS, KLReduction, TermsClient, reduce_kl

@@ -46,7 +46,8 @@ from torch import nn
 
 from flsuite.data.base import EpochBatches, Split
 from flsuite.data.guiding import fl_labels
-from flsuite.federation.server import PublicData, ServerContext, ServerStep
+from flsuite.federation.server import PublicData, ServerStep
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import LocalTraining, ServerUpdate, State, Weights
 from flsuite.federation.weights import clone_weights
 from flsuite.methods.fedegg_equations import CHUNK, TauQuery, gate_open, llr, log2_cos, mean_feature, momentum_loss, threshold, update_ratio

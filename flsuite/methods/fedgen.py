@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.method import ClientModule
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.generators import GeneratorMethod, Noise, draw_noise, frozen_generator

@@ -31,7 +31,7 @@ from torch import nn
 
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.method import ClientModule
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.generators import gaussian_kl

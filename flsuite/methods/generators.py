@@ -28,7 +28,7 @@ from torch import nn
 
 from flsuite.data.base import EpochBatches, Split
 from flsuite.federation.method import Method
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, State, Weights
 from flsuite.federation.weights import clone_weights
 from flsuite.models.representation import check_contract

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.distributions import Independent, Normal, kl_divergence
 
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server import RoundServer
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
@@ -63,14 +63,14 @@ def test_zero_lambdas_reproduce_fedavg_exactly(tmp_path, stochastic):
 
 
 def _server(method: FedCiR, heads: list[tuple[torch.Tensor, torch.Tensor]], counts: list[int], rnd: int = 2):
-    """A ServerContext whose results carry the given heads (the rest of each client's weights: the initial model's)."""
+    """A RoundServer whose results carry the given heads (the rest of each client's weights: the initial model's)."""
     spec = ProbabilisticEncoder(**ENCODER)
     torch.manual_seed(0)
     model = spec.build((6,), 3)
     method.setup(model, len(heads))
     base = {k: v.clone() for k, v in model.state_dict().items()}
     results = [ClientResult(k, n, {**base, "fc.weight": w, "fc.bias": b}) for k, ((w, b), n) in enumerate(zip(heads, counts))]
-    return ServerContext(rnd, seed=11, results=results, num_clients=len(heads), build_model=lambda: spec.build((6,), 3))
+    return RoundServer(rnd, seed=11, results=results, num_clients=len(heads), build_model=lambda: spec.build((6,), 3))
 
 
 def _heads(k: int, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -16,7 +16,7 @@ from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.local.steps import gather, probe
 from flsuite.federation.method import HyperParameters
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server import RoundServer
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedcir import FedCiR, FedCiRClient
 from flsuite.methods.fedcir_terms import reduce_kl
@@ -71,7 +71,7 @@ def test_per_client_trains_the_generator_on_another_target_than_the_aggregated_h
     def generator_loss(ensemble: str, hs: list) -> float:
         method = FedCiR(ensemble=ensemble)
         results = _results(hs, counts, method)
-        ctx = ServerContext(2, seed=11, results=results, num_clients=3, build_model=lambda: ProbabilisticEncoder(**ENCODER).build((6,), 3))
+        ctx = RoundServer(2, seed=11, results=results, num_clients=3, build_model=lambda: ProbabilisticEncoder(**ENCODER).build((6,), 3))
         return method.train_generator(ctx, {})[1]
 
     assert generator_loss("logits", heads) == pytest.approx(generator_loss("logits", [avg] * 3), rel=1e-6)

@@ -16,7 +16,7 @@ from flsuite.data.base import Split
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import load_task_weights
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server import RoundServer
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.transport import Transport
 from flsuite.federation.weights import num_bytes
@@ -228,14 +228,14 @@ def test_fedgen_per_label_weights_and_every_head_counts():
     method.setup(model, 2)
     counts = [torch.tensor([3, 0, 0]), torch.tensor([1, 4, 0])]
 
-    def ctx(move: tuple[torch.Tensor, torch.Tensor] | None = None) -> ServerContext:
+    def ctx(move: tuple[torch.Tensor, torch.Tensor] | None = None) -> RoundServer:
         """The round's two uploads (the same heads on every call); `move` = (ΔW, Δb) is added to client 1's head."""
         g = torch.Generator().manual_seed(1)
         heads = [(torch.randn(3, 8, generator=g), torch.zeros(3)) for _ in counts]
         if move is not None:
             heads[1] = (heads[1][0] + move[0], heads[1][1] + move[1])
         results = [ClientResult(k, int(c.sum()), {"1.weight": w, "1.bias": b}, {"label_counts": c}) for k, (c, (w, b)) in enumerate(zip(counts, heads))]
-        return ServerContext(2, seed=5, results=results, num_clients=2, build_model=lambda: spec.build((8,), 3))
+        return RoundServer(2, seed=5, results=results, num_clients=2, build_model=lambda: spec.build((8,), 3))
 
     c0 = ctx()
     assert torch.allclose(method.ensemble_coefficients(c0.results), torch.tensor([[0.75, 0.0, 0.0], [0.25, 1.0, 0.0]]))
@@ -269,9 +269,9 @@ def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
     assert r1["bytes_up"] == r2["bytes_up"] == sum(num_bytes(r.weights) + 3 * 8 for r in executor.results[:4])
 
 
-def _zero_head_context(round: int, counts: list[torch.Tensor]) -> ServerContext:
+def _zero_head_context(round: int, counts: list[torch.Tensor]) -> RoundServer:
     results = [ClientResult(k, int(c.sum()), {"1.weight": torch.zeros(3, 8), "1.bias": torch.zeros(3)}, {"label_counts": c}) for k, c in enumerate(counts)]
-    return ServerContext(round, seed=5, results=results, num_clients=len(counts), build_model=lambda: Linear().build((8,), 3))
+    return RoundServer(round, seed=5, results=results, num_clients=len(counts), build_model=lambda: Linear().build((8,), 3))
 
 
 def test_fedgen_generator_weight_decay_and_rate_decay_as_the_official_optimizer():

@@ -17,7 +17,7 @@ import torch
 from flsuite import records
 from flsuite.data.base import Split
 from flsuite.federation.phases import Phase, Rounds
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.state import FederationState, QueryAnswer
 from flsuite.federation.task import Weights
 from flsuite.methods.fedavg import FedAvg

@@ -10,7 +10,7 @@ import torch
 
 from flsuite import records
 from flsuite.data.base import EpochBatches, FederatedData, Split
-from flsuite.federation.server import ServerContext
+from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, LocalTraining, State, Weights
 from flsuite.federation.weights import clone_weights, weighted_average
 from flsuite.methods.fedavg import FedAvg
