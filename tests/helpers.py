@@ -65,6 +65,29 @@ class ExplodingFedAvg(FedAvg):
     client_module = Exploding
 
 
+#: Set in the environment of a `flsuite fit` process that a test interrupts (kill, Ctrl-C): seconds each of its client
+#: fits waits first (`PacedFedAvg`).
+PACE = "FLSUITE_TEST_CLIENT_PACE_S"
+
+
+class Paced(ClientModule):
+    """A client that waits `PACE` seconds at the start of its fit (inside Lightning's `Trainer.fit`) where its process's
+    environment says so: the interrupted run is slow enough to be interrupted in the middle whatever the machine's
+    speed; the runs of the test's own process are not."""
+
+    def begin(self) -> None:
+        import os
+        import time
+
+        time.sleep(float(os.environ.get(PACE, "0")))
+
+
+class PacedFedAvg(FedAvg):
+    """FedAvg of `Paced` clients."""
+
+    client_module = Paced
+
+
 #: A small command-line config (a linear head on two flattened UCI-digit domains), for `flsuite fit` tests.
 SMALL_CONFIG: dict[str, Any] = {
     "name": "cli-test",
@@ -142,3 +165,53 @@ def start_local_ray() -> None:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
+class InProcessPool:
+    """`flsuite.pool.WarmPool`'s interface with its runs in this process, one at a time: `run_fit_here`, the pool's own
+    task (the run's environment, argv and log as in a warm worker). For tests of experiments/study.py's decisions
+    (which runs run, are reused or moved aside; folders; tables), whose behaviour needs no process: the pool's
+    processes are tested in tests/test_pool.py."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from flsuite.pool import run_fit_here
+
+        self.task, self.runs = run_fit_here, 0
+        self._lock = threading.Lock()  # the study's threads take turns: a run owns the process's environment
+
+    def run(self, *args: Any) -> int:
+        with self._lock:
+            self.runs += 1
+            return int(self.task(*args))
+
+    def close(self) -> None:
+        pass
+
+
+def study_in_this_process(study, monkeypatch) -> InProcessPool:
+    """experiments/study.py (loaded as `study`) with every `flsuite` command it runs run in this process: its feature
+    step (`flsuite features`, else a process of its own) and its runs (`flsuite fit`, else warm worker processes,
+    here an `InProcessPool`). Returns the pool (its `runs` counts the runs that ran)."""
+    import contextlib
+
+    import pytest
+
+    in_process = InProcessPool()
+    real_run = study.run
+
+    def run(cmd: list[str], log: Path, parallel: int = 1, pool: Any = None) -> int:
+        if cmd[1:4] != ["-m", "flsuite.cli", "features"]:
+            return real_run(cmd, log, parallel, pool)
+        from flsuite.cli import main
+
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with pytest.MonkeyPatch.context() as env, open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            for key, value in study.run_env(parallel).items():
+                env.setenv(key, value)
+            return main(cmd[3:])
+
+    monkeypatch.setattr(study, "run", run)
+    monkeypatch.setattr(study, "WarmPool", lambda workers, runs_per_worker=50: in_process)
+    return in_process
