@@ -54,7 +54,9 @@ def main() -> None:
     _quiet_lightning()
 
     g = torch.Generator().manual_seed(0)
-    split = Split(torch.randn(args.samples, args.dim, generator=g), torch.randint(0, args.classes, (args.samples,), generator=g))
+    split = Split(
+        torch.randn(args.samples, args.dim, generator=g), torch.randint(0, args.classes, (args.samples,), generator=g)
+    )
     data = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=args.classes)
     local = LocalTraining(epochs=args.epochs, batch_size=args.batch_size, lr=0.01)
     env = ClientEnvironment(data, Linear(), FedAvg(), local, seed=0)
@@ -91,7 +93,9 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
     ref = statistics.median(times["plain"])
-    print(f"Linear({args.dim}, {args.classes}), batch {args.batch_size}, {steps} steps per fit, median of {args.reps}, 1 thread")
+    print(
+        f"Linear({args.dim}, {args.classes}), batch {args.batch_size}, {steps} steps per fit, median of {args.reps}, 1 thread"
+    )
     print(f"{'runner':<10}{'fit (ms)':>10}{'per step (ms)':>15}{'× plain':>9}")
     for name in runners:
         t = statistics.median(times[name])

@@ -66,7 +66,9 @@ def run(root: Path, name: str, loop: str):
     try:
         head_federation(root / f"{name}-{loop}", rounds=3, model=model, method=factory(), local=local).fit()
     except Exception as e:  # noqa: BLE001 — report the reason, go on with the next method
-        reason = re.search(r"compiled could not compile (\S+) into one graph \((.*)\)\. Use local.loop", str(e), re.DOTALL)
+        reason = re.search(
+            r"compiled could not compile (\S+) into one graph \((.*)\)\. Use local.loop", str(e), re.DOTALL
+        )
         when = str(e).split(":")[0]  # "round k"
         return f"{when}: {reason.group(2)}" if reason else f"{type(e).__name__}: {e}"
     return load_checkpoint(root / f"{name}-{loop}").global_weights
@@ -89,7 +91,9 @@ def scanned_calls() -> list[int]:
 def main() -> None:
     root = Path(tempfile.mkdtemp())
     calls = scanned_calls()
-    print("| method | compiled | steps per compiled call | max abs difference from lean | compiled rerun identical |\n|---|---|---|---|---|")
+    print(
+        "| method | compiled | steps per compiled call | max abs difference from lean | compiled rerun identical |\n|---|---|---|---|---|"
+    )
     for name in sys.argv[1:] or CASES:
         lean = run(root, name, "lean")
         calls.clear()

@@ -97,7 +97,11 @@ def competitor() -> None:
 
 
 def run_child(args, threads: str | None, beside: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("FLSUITE_THREADS", "FLSUITE_PARALLEL", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FLSUITE_THREADS", "FLSUITE_PARALLEL", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     if threads is not None:
         env["FLSUITE_THREADS"] = threads
     rival = None
@@ -138,7 +142,10 @@ def policy_part(args) -> None:
             r = run_child(args, forced, beside)
             times[name].append(r["seconds"])
             threads[name] = r["threads"]
-            print(f"  rep {rep}: {name:<20} {r['seconds']:7.2f} s ({r['threads']} threads), load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"  rep {rep}: {name:<20} {r['seconds']:7.2f} s ({r['threads']} threads), load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     med = {k: statistics.median(v) for k, v in times.items()}
     steps = args.clients * EPOCHS * -(-args.samples // BATCH)
     print(
@@ -149,9 +156,15 @@ def policy_part(args) -> None:
     for k in cases:
         print(f"| {k} | {threads[k]} | {med[k]:.2f} |")
     best_alone = min(med["alone, 1 thread"], med[f"alone, {cores} threads"])
-    print(f"\nbeside / alone, default policy:           {med['beside (default)'] / med['alone (default)']:.2f}  (target <= 2.5)")
-    print(f"beside / alone, {cores} threads (no policy):    {med[f'beside, {cores} threads'] / med[f'alone, {cores} threads']:.2f}")
-    print(f"default / best of 1 and {cores} threads, alone: {med['alone (default)'] / best_alone:.2f}  (target <= 1.10)")
+    print(
+        f"\nbeside / alone, default policy:           {med['beside (default)'] / med['alone (default)']:.2f}  (target <= 2.5)"
+    )
+    print(
+        f"beside / alone, {cores} threads (no policy):    {med[f'beside, {cores} threads'] / med[f'alone, {cores} threads']:.2f}"
+    )
+    print(
+        f"default / best of 1 and {cores} threads, alone: {med['alone (default)'] / best_alone:.2f}  (target <= 1.10)"
+    )
     same = [k for k in ("alone, 1 thread", f"alone, {cores} threads") if threads[k] == threads["alone (default)"]]
     if same:
         print(f"  (the default is the same configuration as '{same[0]}': their difference is the machine's noise)")
@@ -272,7 +285,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=5000, help="samples per client in part 1 (GGEUR's digits: ~11,500)")
     ap.add_argument("--fedavg_samples", type=int, default=1200, help="samples per client in part 2")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--timeout", type=float, default=180.0, help="stop a part-1 round after this long (reported as inf)")
+    ap.add_argument(
+        "--timeout", type=float, default=180.0, help="stop a part-1 round after this long (reported as inf)"
+    )
     ap.add_argument("--part", choices=["all", "policy", "fedavg"], default="all")
     ap.add_argument("--_round", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--_competitor", action="store_true", help=argparse.SUPPRESS)

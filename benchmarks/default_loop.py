@@ -42,7 +42,13 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 EPOCHS, BATCH, LR, MOMENTUM, WEIGHT_DECAY = 10, 16, 0.01, 0.9, 1e-5
-CHILD_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true", "RAY_USAGE_STATS_ENABLED": "0", "MPLBACKEND": "Agg"}
+CHILD_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "MPLBACKEND": "Agg",
+}
 
 
 def write_data(path: Path, samples: int) -> None:
@@ -140,12 +146,39 @@ def child(name: str, data: Path, rounds: int, out: Path) -> None:
 # ---- the parent: alternated fresh processes, the table --------------------------------------------------------
 def run_contender(name: str, data: Path, rounds: int, work: Path, rep: int, flower_python: str | None) -> dict:
     out = work / f"{name.replace(' ', '_')}-{rep}.json"
-    env = os.environ | CHILD_ENV | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = (
+        os.environ
+        | CHILD_ENV
+        | {
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        }
+    )
     if name == "Flower":
         env["FLOWER_KEEP_FREED_MEMORY"] = "1"
-        cmd = [flower_python or sys.executable, str(HERE / "flower_rounds.py"), "--data", str(data), "--rounds", str(rounds), "--out", str(out)]
+        cmd = [
+            flower_python or sys.executable,
+            str(HERE / "flower_rounds.py"),
+            "--data",
+            str(data),
+            "--rounds",
+            str(rounds),
+            "--out",
+            str(out),
+        ]
     else:
-        cmd = [sys.executable, __file__, "--child", name, "--data", str(data), "--rounds", str(rounds), "--out", str(out)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            "--data",
+            str(data),
+            "--rounds",
+            str(rounds),
+            "--out",
+            str(out),
+        ]
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -168,13 +201,23 @@ def quickstart_walls(baseline: Path, reps: int) -> list[tuple[float, float]]:
         got = {}
         for tree in order:
             env = os.environ | CHILD_ENV | {"PYTHONPATH": str(tree)}
-            cmd = [sys.executable, "-c", "from flsuite.cli import main; raise SystemExit(main())", "fit", "--config", str(ROOT / "configs/quickstart.yaml")]
+            cmd = [
+                sys.executable,
+                "-c",
+                "from flsuite.cli import main; raise SystemExit(main())",
+                "fit",
+                "--config",
+                str(ROOT / "configs/quickstart.yaml"),
+            ]
             cmd += ["--run_dir", tempfile.mkdtemp(), "--progress", "false", "--wandb.enabled", "false"]
             start = time.perf_counter()
             subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True)
             got[tree] = time.perf_counter() - start
         walls.append((got[ROOT], got[baseline]))
-        print(f"quickstart, repetition {rep + 1}: this tree {got[ROOT]:.1f} s, baseline {got[baseline]:.1f} s ({got[ROOT] / got[baseline]:.3f}x)", flush=True)
+        print(
+            f"quickstart, repetition {rep + 1}: this tree {got[ROOT]:.1f} s, baseline {got[baseline]:.1f} s ({got[ROOT] / got[baseline]:.3f}x)",
+            flush=True,
+        )
     return walls
 
 
@@ -183,7 +226,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--samples", type=int, default=1200)
-    ap.add_argument("--flower_python", default=None, help="a python with flwr[simulation] installed (default: this one)")
+    ap.add_argument(
+        "--flower_python", default=None, help="a python with flwr[simulation] installed (default: this one)"
+    )
     ap.add_argument("--no_flower", action="store_true")
     ap.add_argument("--quickstart_baseline", type=Path, default=None)
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -204,18 +249,35 @@ def main() -> None:
         row = {name: steady(r["round_seconds"]) for name, r in got.items()}
         rows.append(row)
         loop = got["flsuite"]["loop"]
-        print(f"repetition {rep + 1} ({' '.join(order)}): " + ", ".join(f"{n} {s:.3f} s/round" for n, s in row.items()), flush=True)
-        print(f"  flsuite's loop: {loop['loop']} ({loop['reason']}); round 1: {got['flsuite']['round_seconds'][0]:.2f} s", flush=True)
-    print(f"\n{args.rounds} rounds, 3 clients x {args.samples} samples, Linear(1280, 10), {EPOCHS} epochs at batch {BATCH}; median s/round of rounds 2..R-1\n")
-    header = "| repetition | " + " | ".join(names) + " | flsuite / closed form | " + ("flsuite / Flower |" if "Flower" in names else "")
+        print(
+            f"repetition {rep + 1} ({' '.join(order)}): " + ", ".join(f"{n} {s:.3f} s/round" for n, s in row.items()),
+            flush=True,
+        )
+        print(
+            f"  flsuite's loop: {loop['loop']} ({loop['reason']}); round 1: {got['flsuite']['round_seconds'][0]:.2f} s",
+            flush=True,
+        )
+    print(
+        f"\n{args.rounds} rounds, 3 clients x {args.samples} samples, Linear(1280, 10), {EPOCHS} epochs at batch {BATCH}; median s/round of rounds 2..R-1\n"
+    )
+    header = (
+        "| repetition | "
+        + " | ".join(names)
+        + " | flsuite / closed form | "
+        + ("flsuite / Flower |" if "Flower" in names else "")
+    )
     print(header + "\n|" + "---|" * (header.count("|") - 1))
     for i, row in enumerate(rows, 1):
-        ratios = f"{row['flsuite'] / row['closed form']:.2f} | " + (f"{row['flsuite'] / row['Flower']:.2f} |" if "Flower" in row else "")
+        ratios = f"{row['flsuite'] / row['closed form']:.2f} | " + (
+            f"{row['flsuite'] / row['Flower']:.2f} |" if "Flower" in row else ""
+        )
         print(f"| {i} | " + " | ".join(f"{row[n]:.3f}" for n in names) + " | " + ratios)
     if args.quickstart_baseline:
         walls = quickstart_walls(args.quickstart_baseline, args.reps * 2)
         ours, theirs = statistics.median(w[0] for w in walls), statistics.median(w[1] for w in walls)
-        print(f"\nquickstart wall, median of {len(walls)}: this tree {ours:.1f} s, baseline {theirs:.1f} s: {ours / theirs:.3f}x")
+        print(
+            f"\nquickstart wall, median of {len(walls)}: this tree {ours:.1f} s, baseline {theirs:.1f} s: {ours / theirs:.3f}x"
+        )
 
 
 if __name__ == "__main__":

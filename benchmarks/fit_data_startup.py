@@ -59,15 +59,23 @@ def main() -> None:
     args = ap.parse_args()
     # untimed: fill the cache and record the index as the running code does (any flsuite edit since is a miss)
     subprocess.run(
-        [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.config), "--progress", "false"], cwd=ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "flsuite.cli", "features", "--config", str(args.config), "--progress", "false"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
     )
     load = os.getloadavg()
     times: dict[str, list[tuple[float, float, bool]]] = {"build": [], "index": []}
     for rep in range(args.reps):
         for side in ("build", "index") if rep % 2 == 0 else ("index", "build"):
             times[side].append(one(side, args.config.resolve()))
-            print(f"rep {rep} {side}: {times[side][-1][0]:.2f} s to data, {times[side][-1][1]:.1f} s wall (load {os.getloadavg()[0]:.2f})", flush=True)
-    print(f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+            print(
+                f"rep {rep} {side}: {times[side][-1][0]:.2f} s to data, {times[side][-1][1]:.1f} s wall (load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+    print(
+        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print("| side | config to data, s (each) | median | process wall, s (each) | median | encoder built |")
     print("|---|---|---|---|---|---|")
     for side, values in times.items():

@@ -59,7 +59,9 @@ from typing import Any, cast
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # flwr otherwise posts events to telemetry.flower.ai (no internet here)
+os.environ.setdefault(
+    "FLWR_TELEMETRY_ENABLED", "0"
+)  # flwr otherwise posts events to telemetry.flower.ai (no internet here)
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silences Ray 2.5x's FutureWarning about num_gpus=0
 
 import flwr  # noqa: E402
@@ -74,7 +76,9 @@ from flwr.simulation import run_simulation  # noqa: E402
 from flsuite.runtime import keep_freed_memory  # noqa: E402
 from flsuite.seeding import torch_generator  # noqa: E402
 
-if os.environ.get("FLOWER_KEEP_FREED_MEMORY") == "1":  # benchmarks/default_loop.py: the allocator setting every contender gets
+if (
+    os.environ.get("FLOWER_KEEP_FREED_MEMORY") == "1"
+):  # benchmarks/default_loop.py: the allocator setting every contender gets
     keep_freed_memory()
 
 FEATURES, CLASSES = 1280, 10
@@ -98,9 +102,13 @@ def cached_data(path: str) -> tuple[dict[str, Any], float]:
     return _DATA[path], time.perf_counter() - t0
 
 
-def local_train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any], generator: torch.Generator) -> float:
+def local_train(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any], generator: torch.Generator
+) -> float:
     """`epochs` epochs of shuffled mini-batch SGD; returns the mean loss of the last epoch."""
-    opt = torch.optim.SGD(model.parameters(), lr=data["lr"], momentum=data["momentum"], weight_decay=data["weight_decay"])
+    opt = torch.optim.SGD(
+        model.parameters(), lr=data["lr"], momentum=data["momentum"], weight_decay=data["weight_decay"]
+    )
     batch_size, total = int(data["batch_size"]), 0.0
     for _ in range(int(data["epochs"])):
         order, total = torch.randperm(len(y), generator=generator), 0.0
@@ -141,7 +149,9 @@ def train(msg: Message, context: Context) -> Message:
         "pid": os.getpid(),
     }
     metrics |= {"start-t": start, "end-t": start + (t2 - t0)}  # wall clock, to compare with the server's stamps
-    return Message(content=RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)}), reply_to=msg)
+    return Message(
+        content=RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)}), reply_to=msg
+    )
 
 
 # --- server side: runs in this process (the ServerApp in a thread of run_simulation) --------------------------------
@@ -151,7 +161,9 @@ class TimedFedAvg(FedAvg):
     """FedAvg over all clients every round that stamps the end of each round and keeps the clients' reports."""
 
     def __init__(self, num_clients: int) -> None:
-        super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=num_clients, min_available_nodes=num_clients)
+        super().__init__(
+            fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=num_clients, min_available_nodes=num_clients
+        )
         self.num_clients = num_clients
         self.stamps: list[float] = []  # perf_counter at [main entry, end of round 1, end of round 2, ...]
         self.wall: list[float] = []  # the same moments in time.time()
@@ -161,7 +173,9 @@ class TimedFedAvg(FedAvg):
         replies = list(replies)
         errors = [msg.error.reason for msg in replies if msg.has_error()]
         if errors or len(replies) != self.num_clients:
-            raise RuntimeError(f"round {server_round}: {len(replies)} replies for {self.num_clients} clients, errors: {errors}")
+            raise RuntimeError(
+                f"round {server_round}: {len(replies)} replies for {self.num_clients} clients, errors: {errors}"
+            )
         self.reports.append(sorted((dict(msg.content["metrics"]) for msg in replies), key=lambda m: m["client"]))
         out = super().aggregate_train(server_round, replies)
         self.stamps.append(time.perf_counter())
@@ -169,7 +183,9 @@ class TimedFedAvg(FedAvg):
         return out
 
 
-def make_server_app(strategy: TimedFedAvg, data_path: str, rounds: int, seed: int, result: dict[str, ArrayRecord]) -> ServerApp:
+def make_server_app(
+    strategy: TimedFedAvg, data_path: str, rounds: int, seed: int, result: dict[str, ArrayRecord]
+) -> ServerApp:
     app = ServerApp()
 
     @app.main()
@@ -178,7 +194,9 @@ def make_server_app(strategy: TimedFedAvg, data_path: str, rounds: int, seed: in
         strategy.wall.append(time.time())
         torch.manual_seed(seed)
         initial = ArrayRecord(make_model().state_dict())
-        out = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds, train_config=ConfigRecord({"data-path": data_path}))
+        out = strategy.start(
+            grid=grid, initial_arrays=initial, num_rounds=rounds, train_config=ConfigRecord({"data-path": data_path})
+        )
         result["arrays"] = out.arrays
 
     return app
@@ -186,7 +204,13 @@ def make_server_app(strategy: TimedFedAvg, data_path: str, rounds: int, seed: in
 
 def backend_config(parallel: int) -> dict[str, Any]:
     """One CPU per client and `parallel` CPUs for Ray: `parallel` actors train side by side; no dashboard, quiet logs."""
-    init_args = {"num_cpus": parallel, "num_gpus": 0, "include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    init_args = {
+        "num_cpus": parallel,
+        "num_gpus": 0,
+        "include_dashboard": False,
+        "logging_level": logging.ERROR,
+        "log_to_driver": False,
+    }
     return {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init_args}
 
 
@@ -202,7 +226,13 @@ def make_demo_data(path: Path, clients: int = 3, samples: int = 1200, test: int 
         x = torch.randn(n, FEATURES, generator=gen)
         return x, (x @ teacher).argmax(1)
 
-    data = {"clients": [split(samples) for _ in range(clients)], "test": split(test), "epochs": 10, "batch_size": 16, "lr": 0.01}
+    data = {
+        "clients": [split(samples) for _ in range(clients)],
+        "test": split(test),
+        "epochs": 10,
+        "batch_size": 16,
+        "lr": 0.01,
+    }
     data |= {"momentum": 0.9, "weight_decay": 1e-5, "seed": seed}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, path)
@@ -233,19 +263,28 @@ def summarise(strategy: TimedFedAvg) -> dict[str, Any]:
         "round_seconds": rounds,
         "client_fit_seconds": fits,
         "overhead_seconds": [r - b for r, b in zip(rounds, busy)],
-        "engine_startup_seconds": min(m["start-t"] for m in strategy.reports[0]) - strategy.wall[0] if strategy.reports else None,
+        "engine_startup_seconds": min(m["start-t"] for m in strategy.reports[0]) - strategy.wall[0]
+        if strategy.reports
+        else None,
         "train_loss": [statistics.fmean(m["train-loss"] for m in reports) for reports in strategy.reports],
         "actor_pids": sorted({int(m["pid"]) for reports in strategy.reports for m in reports}),
         "data_loads": [{"pid": pid, "seconds": s} for pid, s in loads],
     }
 
 
-def simulate(data_path: str, data: dict[str, Any], rounds: int, parallel: int) -> tuple[TimedFedAvg, dict[str, ArrayRecord], float, float]:
+def simulate(
+    data_path: str, data: dict[str, Any], rounds: int, parallel: int
+) -> tuple[TimedFedAvg, dict[str, ArrayRecord], float, float]:
     """Run the federation; returns the strategy (with its stamps), the final arrays, run_simulation's start and wall time."""
     strategy, result = TimedFedAvg(len(data["clients"])), dict[str, ArrayRecord]()
     server_app = make_server_app(strategy, data_path, rounds, int(data["seed"]), result)
     t0 = time.perf_counter()
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=len(data["clients"]), backend_config=backend_config(parallel))
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=len(data["clients"]),
+        backend_config=backend_config(parallel),
+    )
     return strategy, result, t0, time.perf_counter() - t0
 
 
@@ -264,10 +303,17 @@ def notes(parallel: int, data: dict[str, Any], stats: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="torch.save'd dict: clients, test, epochs, batch_size, lr, momentum, weight_decay, seed")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="torch.save'd dict: clients, test, epochs, batch_size, lr, momentum, weight_decay, seed",
+    )
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--parallel", type=int, default=2, help="clients training side by side (Ray actors, 1 CPU each)")
+    parser.add_argument(
+        "--parallel", type=int, default=2, help="clients training side by side (Ray actors, 1 CPU each)"
+    )
     parser.add_argument("--make_data", action="store_true", help="first write the demo federation at --data")
     parser.add_argument("--verbose", action="store_true", help="keep Flower's INFO log (round banners)")
     args = parser.parse_args()
@@ -285,8 +331,18 @@ def main() -> None:
     acc = accuracy(result["arrays"], *data["test"]) if "arrays" in result else float("nan")
     chance = 1.0 / CLASSES
     checks = {"rounds_ok": len(stats["round_seconds"]) == args.rounds, "accuracy_ok": acc > 2 * chance}
-    out = {"round_seconds": stats.pop("round_seconds"), "total_seconds": total, "flwr_version": flwr.__version__, "parallel": args.parallel}
-    out |= {"notes": notes(args.parallel, data, stats), "rounds": args.rounds, "num_clients": len(data["clients"]), "test_accuracy": acc}
+    out = {
+        "round_seconds": stats.pop("round_seconds"),
+        "total_seconds": total,
+        "flwr_version": flwr.__version__,
+        "parallel": args.parallel,
+    }
+    out |= {
+        "notes": notes(args.parallel, data, stats),
+        "rounds": args.rounds,
+        "num_clients": len(data["clients"]),
+        "test_accuracy": acc,
+    }
     out |= {"shutdown_seconds": t0 + total - strategy.stamps[-1], **stats, **checks}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

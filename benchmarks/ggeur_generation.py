@@ -28,7 +28,9 @@ def main() -> None:
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--per_class", type=int, default=2000)
     args = ap.parse_args()
-    print(f"threads={torch.get_num_threads()}  {args.classes} classes × {args.per_class} samples, median of {args.reps}")
+    print(
+        f"threads={torch.get_num_threads()}  {args.classes} classes × {args.per_class} samples, median of {args.reps}"
+    )
     print(f"{'p':>6}{'bare (emb/s)':>16}{'generate (emb/s)':>19}{'ratio':>8}{'whole stage (emb/s)':>22}")
     for p in (512, 1280):
         g = torch.Generator().manual_seed(0)

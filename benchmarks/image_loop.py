@@ -43,14 +43,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
-    split = Split(torch.randn(args.samples, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.samples,), generator=gen))
+    split = Split(
+        torch.randn(args.samples, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.samples,), generator=gen)
+    )
     data = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=10)
     spec, seed = ResNet10(), 123
     torch.manual_seed(0)
     weights = {k: v.clone() for k, v in spec.build((3, 32, 32), 10).state_dict().items()}
 
     def local(precision: str) -> LocalTraining:
-        return LocalTraining(epochs=args.epochs, batch_size=32, lr=0.01, momentum=0.9, weight_decay=5e-4, loop="standard", precision=precision)
+        return LocalTraining(
+            epochs=args.epochs,
+            batch_size=32,
+            lr=0.01,
+            momentum=0.9,
+            weight_decay=5e-4,
+            loop="standard",
+            precision=precision,
+        )
 
     def flsuite_fit(precision: str) -> float:
         env = ClientEnvironment(data, spec, HyperParameters(FedAvg()), local(precision), seed)
@@ -97,7 +107,9 @@ def main() -> None:
         for name in order if r % 2 == 0 else reversed(order):  # alternated: A B C … C B A
             times[name].append(cases[name]())
     median = {name: statistics.median(t) for name, t in times.items()}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.samples} samples × {args.epochs} epochs, bf16 support: {bf16_supported()}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.samples} samples × {args.epochs} epochs, bf16 support: {bf16_supported()}"
+    )
     print("| loop | s per fit (median) | / bare, same precision | / fastest bare, same precision |\n|---|---|---|---|")
     for name, t in median.items():
         same = [v for k, v in median.items() if k.startswith("bare") and ("bf16" in k) == ("bf16" in name)]

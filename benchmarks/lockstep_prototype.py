@@ -30,7 +30,8 @@ def lockstep_round(fed, weights, grad) -> None:
     w, b = weights["1.weight"].expand(k, -1, -1).clone(), weights["1.bias"].expand(k, -1).clone()
     buffers: list = [None, None]
     streams = [
-        EpochBatches(c.train, cpu_policy.BATCH, torch_generator(100 + i, purpose="batches"), epochs=cpu_policy.EPOCHS) for i, c in enumerate(fed.clients)
+        EpochBatches(c.train, cpu_policy.BATCH, torch_generator(100 + i, purpose="batches"), epochs=cpu_policy.EPOCHS)
+        for i, c in enumerate(fed.clients)
     ]
     for _ in range(cpu_policy.EPOCHS):
         epochs = [s.epoch() for s in streams]
@@ -60,7 +61,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print("| clients | lockstep: µs per client-step | closed form: µs per client-step | lockstep / closed form |\n|---|---|---|---|")
+    print(
+        "| clients | lockstep: µs per client-step | closed form: µs per client-step | lockstep / closed form |\n|---|---|---|---|"
+    )
     for k in args.clients:
         fed = cpu_policy.synthetic_federation(k, 1200, seed=2)
         env = cpu_policy.client_env(fed)
@@ -68,7 +71,12 @@ def main() -> None:
 
         def summed_loss(w, b, x, y, k=k):
             logits = torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(k, -1).mean(1).sum()
+            return (
+                F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+                .view(k, -1)
+                .mean(1)
+                .sum()
+            )
 
         grad = torch.compile(torch.func.grad(summed_loss, argnums=(0, 1)), fullgraph=True, dynamic=False)
         runs = {
@@ -85,7 +93,10 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
         steps = k * cpu_policy.EPOCHS * -(-1200 // cpu_policy.BATCH)
         med = {name: 1e6 * statistics.median(t) / steps for name, t in times.items()}
-        print(f"| {k} | {med['lockstep']:.0f} | {med['closed form']:.0f} | {med['lockstep'] / med['closed form']:.2f} |", flush=True)
+        print(
+            f"| {k} | {med['lockstep']:.0f} | {med['closed form']:.0f} | {med['lockstep'] / med['closed form']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

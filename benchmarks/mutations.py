@@ -98,7 +98,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         old="            p.grad.add_(offset)",
         new="            pass",
         breaks="the lean/standard loops never add the method's gradient_offset (SCAFFOLD's c − c_k) to .grad",
-        tests=("tests/federation/local/test_compiled.py::test_a_gradient_offset_is_folded_into_the_scanned_steps", "tests/methods/test_baselines.py"),
+        tests=(
+            "tests/federation/local/test_compiled.py::test_a_gradient_offset_is_folded_into_the_scanned_steps",
+            "tests/methods/test_baselines.py",
+        ),
     ),
     Mutation(
         name="fednova-no-normalisation",
@@ -144,7 +147,13 @@ MUTATIONS: tuple[Mutation, ...] = (
 
 PYTEST = ("-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider")
 #: The test environment of the README (no network, no W&B server, no Ray telemetry, no display).
-QUIET_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true", "RAY_USAGE_STATS_ENABLED": "0", "MPLBACKEND": "Agg"}
+QUIET_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "MPLBACKEND": "Agg",
+}
 
 
 @dataclass
@@ -170,7 +179,9 @@ def check_snippets(tree: Path, mutations: Sequence[Mutation]) -> None:
             continue
         count = path.read_text(encoding="utf-8").count(m.old)
         if count != 1:
-            problems.append(f"{m.name}: its `old` snippet occurs {count} times in {m.file} (must be exactly once): {m.old!r}")
+            problems.append(
+                f"{m.name}: its `old` snippet occurs {count} times in {m.file} (must be exactly once): {m.old!r}"
+            )
         if m.old == m.new:
             problems.append(f"{m.name}: `new` equals `old`")
     if problems:
@@ -187,7 +198,12 @@ def test_env(tree: Path) -> dict[str, str]:
 
 def imported_flsuite(tree: Path) -> Path:
     out = subprocess.run(
-        [sys.executable, "-c", "import flsuite; print(flsuite.__file__)"], cwd=tree, env=test_env(tree), check=True, capture_output=True, text=True
+        [sys.executable, "-c", "import flsuite; print(flsuite.__file__)"],
+        cwd=tree,
+        env=test_env(tree),
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return Path(out.strip().splitlines()[-1]).resolve()
 
@@ -208,7 +224,12 @@ def first_problem(junit: Path, tree: Path) -> tuple[str, float | None, bool]:
         # classname "tests.methods.test_x" (module) or "tests.methods.test_x.TestClass"
         for cut in range(len(parts), 0, -1):
             if tree.joinpath(*parts[:cut]).with_suffix(".py").is_file():
-                node = "/".join(parts[:cut]) + ".py" + "".join(f"::{p}" for p in parts[cut:]) + (f"::{name}" if name else "")
+                node = (
+                    "/".join(parts[:cut])
+                    + ".py"
+                    + "".join(f"::{p}" for p in parts[cut:])
+                    + (f"::{name}" if name else "")
+                )
                 break
         else:
             node = f"{classname}::{name}"
@@ -218,7 +239,15 @@ def first_problem(junit: Path, tree: Path) -> tuple[str, float | None, bool]:
 
 def run_pytest(tree: Path, args: Sequence[str], junit: Path, stop_first: bool) -> tuple[int, str, float]:
     start = time.perf_counter()
-    cmd = [sys.executable, *PYTEST, *(["-x"] if stop_first else []), f"--junitxml={junit}", "-o", "junit_family=xunit1", *args]
+    cmd = [
+        sys.executable,
+        *PYTEST,
+        *(["-x"] if stop_first else []),
+        f"--junitxml={junit}",
+        "-o",
+        "junit_family=xunit1",
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=tree, env=test_env(tree), capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
 
@@ -253,8 +282,12 @@ def table(outcomes: Sequence[Outcome], commit: str) -> str:
         "|---|---|---|---|---|---|",
     ]
     for o in outcomes:
-        by = o.killed_by + (f" ({o.test_seconds:.2f} s)" if o.verdict == "KILLED" and o.test_seconds is not None else "")
-        rows.append(f"| {o.mutation.name} | `{o.mutation.file}` | {o.mutation.breaks} | {o.verdict} | {by} | {o.seconds:.1f} |")
+        by = o.killed_by + (
+            f" ({o.test_seconds:.2f} s)" if o.verdict == "KILLED" and o.test_seconds is not None else ""
+        )
+        rows.append(
+            f"| {o.mutation.name} | `{o.mutation.file}` | {o.mutation.breaks} | {o.verdict} | {by} | {o.seconds:.1f} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -266,11 +299,17 @@ def baseline_args(mutations: Sequence[Mutation]) -> list[str]:
     """The union of the mutations' tests, each once (a node id inside a whole file already listed is dropped)."""
     args = list(dict.fromkeys(t for m in mutations for t in m.tests))
     whole = {a for a in args if "::" not in a}
-    return [a for a in args if "::" not in a or not any(a.split("::")[0] == w or a.startswith(w.rstrip("/") + "/") for w in whole)]
+    return [
+        a
+        for a in args
+        if "::" not in a or not any(a.split("::")[0] == w or a.startswith(w.rstrip("/") + "/") for w in whole)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--commit", default="HEAD", help="the revision to mutate (default HEAD)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
     parser.add_argument("--out", type=Path, help="also write the Markdown table here")

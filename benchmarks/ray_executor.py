@@ -60,7 +60,9 @@ def report(title: str, serial: dict, ray_: dict) -> None:
     print(f"\n{title}")
     print(f"  {'':8s} {'round_s':>9s} {'clients_s':>10s} {'clients_s(r>=2)':>16s} {'start+end_s':>12s} {'wall_s':>8s}")
     for name, r in (("serial", serial), ("ray", ray_)):
-        print(f"  {name:8s} {r['round']:9.3f} {r['clients']:10.3f} {r['clients_after_1']:16.3f} {r['outside_rounds']:12.2f} {r['wall']:8.2f}")
+        print(
+            f"  {name:8s} {r['round']:9.3f} {r['clients']:10.3f} {r['clients_after_1']:16.3f} {r['outside_rounds']:12.2f} {r['wall']:8.2f}"
+        )
     print(
         f"  speed-up serial/ray: round {serial['round'] / ray_['round']:.2f}x, clients {serial['clients'] / ray_['clients']:.2f}x, "
         f"clients (rounds>=2) {serial['clients_after_1'] / ray_['clients_after_1']:.2f}x"
@@ -83,7 +85,9 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
 
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-    print(f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, 1 thread each; load average: {os.getloadavg()}")
+    print(
+        f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, 1 thread each; load average: {os.getloadavg()}"
+    )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
@@ -101,10 +105,16 @@ def main() -> None:
             if cnn is not None:
                 serial = run("cnn_serial", SerialExecutor(), work, **cnn)
                 ray_ = run("cnn_ray", RayExecutor(torch_threads=1), work, **cnn)
-                report(f"(a) 8 clients × SmallCNN on UCI digits, {args.epochs} local epochs, {args.rounds} rounds", serial, ray_)
+                report(
+                    f"(a) 8 clients × SmallCNN on UCI digits, {args.epochs} local epochs, {args.rounds} rounds",
+                    serial,
+                    ray_,
+                )
 
             head = dict(
-                data=GaussianFeatures(dim=16, num_classes=4, num_domains=2, clients_per_domain=2, samples_per_client=100),
+                data=GaussianFeatures(
+                    dim=16, num_classes=4, num_domains=2, clients_per_domain=2, samples_per_client=100
+                ),
                 model=Linear(),
                 rounds=args.overhead_rounds,
                 seed=0,
@@ -124,7 +134,9 @@ def main() -> None:
                 )
                 ratios.append(ray_["round"] / serial["round"])
             torch.set_num_threads(default_threads)
-            print(f"  ray/serial round time per rep: {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f} (target <= 1.20)")
+            print(
+                f"  ray/serial round time per rep: {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f} (target <= 1.20)"
+            )
             print(f"load average after: {os.getloadavg()}")
     finally:
         ray.shutdown()

@@ -75,7 +75,12 @@ def run_point(n: int, method: str, rounds: int, out: Path) -> dict:
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, str(n), method, str(rounds), str(run_dir)], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(n), method, str(rounds), str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise RuntimeError(f"N={n} {method}: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -90,7 +95,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench_scale"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = ["| method | N | start-up s | s/round | MB written/round | peak RSS MB | wall s |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| method | N | start-up s | s/round | MB written/round | peak RSS MB | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for method in args.methods:
         for n in args.clients:
             r = run_point(n, method, args.rounds, args.out)

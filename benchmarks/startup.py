@@ -35,14 +35,18 @@ def timed(argv: list[str], pythonpath: Path | None) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", type=Path, help="a source tree of the earlier flsuite (omit: time the installed one only)")
+    ap.add_argument(
+        "--before", type=Path, help="a source tree of the earlier flsuite (omit: time the installed one only)"
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--features", type=Path, help="also time `flsuite features --config CONFIG` (its cache filled)")
     args = ap.parse_args()
     commands = [["--version"], ["fit", "--help"]]
     if args.features is not None:
         commands.append(["features", "--config", str(args.features), "--progress", "false"])
-    sides: dict[str, Path | None] = {"after": None} if args.before is None else {"before": args.before.resolve(), "after": None}
+    sides: dict[str, Path | None] = (
+        {"after": None} if args.before is None else {"before": args.before.resolve(), "after": None}
+    )
     load = os.getloadavg()
     times: dict[tuple[str, str], list[float]] = {}
     for rep in range(args.reps + 1):
@@ -51,11 +55,15 @@ def main() -> None:
                 seconds = timed(argv, path)
                 if rep:  # the first round is the untimed warm-up
                     times.setdefault((" ".join(argv), side), []).append(seconds)
-    print(f"load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(
+        f"load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print("| command | side | wall s (each run, in order) | median s |")
     print("|---|---|---|---|")
     for (command, side), values in times.items():
-        print(f"| `flsuite {command}` | {side} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
+        print(
+            f"| `flsuite {command}` | {side} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |"
+        )
 
 
 if __name__ == "__main__":

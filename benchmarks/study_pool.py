@@ -27,7 +27,18 @@ def study(out: Path, config: Path, runs: int, rounds: int, workers: int, fresh: 
     """Seconds one study takes, start to exit; a failing study stops the benchmark."""
     variants = [a for i in range(1, runs + 1) for a in ("--variant", f"r{i}=")]
     cmd = [sys.executable, str(ROOT / "experiments" / "study.py"), "--name", "bench", "--base", str(config), *variants]
-    cmd += ["--seeds", "0", "--workers", str(workers), "--runs", str(out), *(["--fresh_processes"] if fresh else []), "--", "--rounds", str(rounds)]
+    cmd += [
+        "--seeds",
+        "0",
+        "--workers",
+        str(workers),
+        "--runs",
+        str(out),
+        *(["--fresh_processes"] if fresh else []),
+        "--",
+        "--rounds",
+        str(rounds),
+    ]
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -50,17 +61,25 @@ def main() -> None:
         for rep in range(args.reps):
             for side in ("pool", "fresh") if rep % 2 == 0 else ("fresh", "pool"):
                 out = Path(tmp) / f"{side}{rep}"
-                times[side].append(study(out, args.config.resolve(), args.runs, args.rounds, args.workers, side == "fresh"))
+                times[side].append(
+                    study(out, args.config.resolve(), args.runs, args.rounds, args.workers, side == "fresh")
+                )
                 print(f"rep {rep} {side}: {times[side][-1]:.1f} s (load {os.getloadavg()[0]:.2f})", flush=True)
     after = os.getloadavg()
-    print(f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in after)}")
+    print(
+        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in after)}"
+    )
     print(f"{args.runs} runs of {args.config.name} ({args.rounds} rounds), {args.workers} workers\n")
     print("| side | study wall s (each, in order) | median s | per run s |")
     print("|---|---|---|---|")
     for side, values in times.items():
-        print(f"| {side} | {', '.join(f'{v:.1f}' for v in values)} | {statistics.median(values):.1f} | {statistics.median(values) / args.runs:.2f} |")
+        print(
+            f"| {side} | {', '.join(f'{v:.1f}' for v in values)} | {statistics.median(values):.1f} | {statistics.median(values) / args.runs:.2f} |"
+        )
     saved = (statistics.median(times["fresh"]) - statistics.median(times["pool"])) / args.runs
-    print(f"\nsaved per run (medians): {saved:.2f} s; ratio pool/fresh: {statistics.median(times['pool']) / statistics.median(times['fresh']):.2f}")
+    print(
+        f"\nsaved per run (medians): {saved:.2f} s; ratio pool/fresh: {statistics.median(times['pool']) / statistics.median(times['fresh']):.2f}"
+    )
 
 
 if __name__ == "__main__":

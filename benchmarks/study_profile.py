@@ -53,7 +53,10 @@ PHASES: dict[str, list[str]] = {
     "setup stages": ["flsuite.federation.run:Federation._setup"],
     "client fits": ["<subclasses of flsuite.federation.executors:Executor.run>"],
     "client queries": ["<subclasses of flsuite.federation.executors:Executor.query>"],
-    "server fits (Lightning)": ["flsuite.federation.server:ServerContext.train", "flsuite.federation.server:ServerContext.fit"],
+    "server fits (Lightning)": [
+        "flsuite.federation.server:ServerContext.train",
+        "flsuite.federation.server:ServerContext.fit",
+    ],
     "server steps (other)": ["<subclasses of flsuite.federation.server:ServerStep.step>"],
     "evaluation": ["flsuite.federation.phases:evaluate_federation", "flsuite.metrics:evaluate_federation"],
     "checkpoints": ["flsuite.federation.context:RunContext.checkpoint"],
@@ -218,7 +221,9 @@ def main() -> None:
     for _, seconds in runs:
         for k, v in seconds.items():
             total[k] += v
-    print(f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(
+        f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print(f"`{' '.join(['python', 'benchmarks/study_profile.py', *sys.argv[1:]])}`\n")
     for name, seconds in runs:
         print(table(name, seconds))

@@ -96,7 +96,9 @@ def run(config: list[str], rounds: int, threads: int | None) -> tuple[float, dic
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-        rounds_s = [json.loads(line)["time/round_s"] for line in Path(tmp, "run", "timings.jsonl").read_text().splitlines()]
+        rounds_s = [
+            json.loads(line)["time/round_s"] for line in Path(tmp, "run", "timings.jsonl").read_text().splitlines()
+        ]
         decision = json.loads(Path(tmp, "run", "environment.json").read_text())["threads"]
     return statistics.median(rounds_s[1:]), decision
 
@@ -104,7 +106,12 @@ def run(config: list[str], rounds: int, threads: int | None) -> tuple[float, dic
 #: Part 2's models: name -> (ModelSpec class path and arguments, input shape, batch size).
 STEP_MODELS = {
     "MLP on 512-d embeddings, batch 64": ("flsuite.models.heads.MLP", {}, (512,), 64),
-    "quickstart SmallCNN 8x8, batch 16": ("flsuite.models.heads.SmallCNN", {"channels": [16, 32], "hidden": 64}, (1, 8, 8), 16),
+    "quickstart SmallCNN 8x8, batch 16": (
+        "flsuite.models.heads.SmallCNN",
+        {"channels": [16, 32], "hidden": 64},
+        (1, 8, 8),
+        16,
+    ),
     "SmallCNN 28x28, batch 32": ("flsuite.models.heads.SmallCNN", {}, (1, 28, 28), 32),
     "SmallCNN 28x28, batch 256": ("flsuite.models.heads.SmallCNN", {}, (1, 28, 28), 256),
     "ResNet-18 32 px (7x7 stem), batch 64": ("flsuite.models.backbones.ResNet18", {}, (3, 32, 32), 64),
@@ -155,7 +162,13 @@ def steps_table(reps: int) -> str:
                     competitor = hog() if condition == "beside" else None
                     try:
                         time.sleep(0.5 if competitor else 0)
-                        out = subprocess.run([sys.executable, __file__, "--one_step", name, str(threads)], cwd=ROOT, capture_output=True, text=True, check=True)
+                        out = subprocess.run(
+                            [sys.executable, __file__, "--one_step", name, str(threads)],
+                            cwd=ROOT,
+                            capture_output=True,
+                            text=True,
+                            check=True,
+                        )
                     finally:
                         if competitor:
                             competitor.kill()
@@ -163,7 +176,11 @@ def steps_table(reps: int) -> str:
                     result = json.loads(out.stdout.strip().splitlines()[-1])
                     ms.setdefault((name, threads, condition), []).append(result["ms"])
                     gflop[name] = result["gflop"]
-                    print(f"rep {rep} {name:40s} {threads} threads {condition:6s} {result['ms']:8.2f} ms", file=sys.stderr, flush=True)
+                    print(
+                        f"rep {rep} {name:40s} {threads} threads {condition:6s} {result['ms']:8.2f} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     med = {k: statistics.median(v) for k, v in ms.items()}
     lines = [
         f"Milliseconds per training step (median of {reps} alternated runs; `python benchmarks/threads_beside_load.py --steps --reps {reps}`):",
@@ -172,8 +189,15 @@ def steps_table(reps: int) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in STEP_MODELS:
-        a1, a2, b1, b2 = med[(name, 1, "alone")], med[(name, 2, "alone")], med[(name, 1, "beside")], med[(name, 2, "beside")]
-        lines.append(f"| {name} | {gflop[name]:.3g} | {a1:.2f} | {a2:.2f} | {a1 / a2:.2f} | {b1:.2f} | {b2:.2f} | {b1 / a1:.2f} | {b2 / a2:.2f} |")
+        a1, a2, b1, b2 = (
+            med[(name, 1, "alone")],
+            med[(name, 2, "alone")],
+            med[(name, 1, "beside")],
+            med[(name, 2, "beside")],
+        )
+        lines.append(
+            f"| {name} | {gflop[name]:.3g} | {a1:.2f} | {a2:.2f} | {a1 / a2:.2f} | {b1:.2f} | {b2:.2f} | {b1 / a1:.2f} | {b2 / a2:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -211,7 +235,11 @@ def main() -> None:
                             competitor.wait()
                     times.setdefault((name, policy, condition), []).append(seconds)
                     decisions[(name, policy)] = decision
-                    print(f"rep {rep} {name:16s} {policy} {condition:6s} {seconds:7.3f} s/round ({decision['intra_op']} threads)", file=sys.stderr, flush=True)
+                    print(
+                        f"rep {rep} {name:16s} {policy} {condition:6s} {seconds:7.3f} s/round ({decision['intra_op']} threads)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     lines = [
         f"Seconds per round (median of {args.reps} alternated runs, each the median over rounds 2-{args.rounds}), {cores} cores,"
         " alone and beside one CPU-bound process (`python benchmarks/threads_beside_load.py"
@@ -224,7 +252,9 @@ def main() -> None:
         for policy in policies:
             alone, beside = (statistics.median(times[(name, policy, c)]) for c in ("alone", "beside"))
             d = decisions[(name, policy)]
-            lines.append(f"| {name} ({CONFIGS[name][1]}) | {policy} | {d['intra_op']} ({d['source']}) | {alone:.3f} | {beside:.3f} | {beside / alone:.2f} |")
+            lines.append(
+                f"| {name} ({CONFIGS[name][1]}) | {policy} | {d['intra_op']} ({d['source']}) | {alone:.3f} | {beside:.3f} | {beside / alone:.2f} |"
+            )
     table = "\n".join(lines)
     print(table)
     if args.out:

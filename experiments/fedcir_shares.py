@@ -43,7 +43,12 @@ def paired(runs: Path, variant: str, others: list[str], read: list[Path]) -> lis
         return {label_key(r.path.name): float(r.summary[r.prefix + ACC_MEAN]) for r in done}
 
     mine = avg(variant)
-    lines = [f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):", "", "| other | per seed | mean |", "|---|---|---|"]
+    lines = [
+        f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):",
+        "",
+        "| other | per seed | mean |",
+        "|---|---|---|",
+    ]
     for other in others:
         theirs = avg(other)
         diffs = [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
@@ -57,7 +62,12 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=Path("runs/fedcir_pacs_tuned"))
     ap.add_argument("--rounds", type=int, nargs="+", default=[2, 10, 25, 50])
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--paired", nargs="+", metavar="VARIANT", help="run folders: the first's last-k test AVG minus each other's, per seed")
+    ap.add_argument(
+        "--paired",
+        nargs="+",
+        metavar="VARIANT",
+        help="run folders: the first's last-k test AVG minus each other's, per seed",
+    )
     args = ap.parse_args()
     lines = [
         "# FedCiR's loss terms on PACS (CPU setting, 50 rounds): size, share of the loss, share of the gradient",
@@ -82,7 +92,11 @@ def main() -> None:
             for key in COLUMNS:
                 per_seed = []
                 for h in runs:
-                    vals = [r[PREFIX + key] for r in h if PREFIX + key in r and (rnd == "all" and r["round"] >= 2 or r["round"] == rnd)]
+                    vals = [
+                        r[PREFIX + key]
+                        for r in h
+                        if PREFIX + key in r and (rnd == "all" and r["round"] >= 2 or r["round"] == rnd)
+                    ]
                     if vals:
                         per_seed.append(float(np.mean(vals)))
                 row.append(cell(per_seed, key))

@@ -45,7 +45,11 @@ METHODS = {
     "FedDyn": ["configs/baselines/feddyn.yaml"],
     "FedDC": ["configs/baselines/feddc.yaml"],
 }
-LEVELS = {"LH": "configs/fedegg/with_fedegg.yaml", "MH": "configs/fedegg/with_fedegg_mh.yaml", "HH": "configs/fedegg/with_fedegg_hh.yaml"}
+LEVELS = {
+    "LH": "configs/fedegg/with_fedegg.yaml",
+    "MH": "configs/fedegg/with_fedegg_mh.yaml",
+    "HH": "configs/fedegg/with_fedegg_hh.yaml",
+}
 LAST = 10
 
 
@@ -77,7 +81,16 @@ def parser():
 
 def requested(configs: list[str], seed: int, run_dir: Path, tau: float | None = None, step_args: dict | None = None):
     """The run's parsed config (a fixed τ and the variant's FedEGG options set in it) and its resolved YAML."""
-    argv = [a for c in configs for a in ("--config", c)] + ["--seed", str(seed), "--run_dir", str(run_dir), "--progress", "false", "--wandb.enabled", "false"]
+    argv = [a for c in configs for a in ("--config", c)] + [
+        "--seed",
+        str(seed),
+        "--run_dir",
+        str(run_dir),
+        "--progress",
+        "false",
+        "--wandb.enabled",
+        "false",
+    ]
     cfg = parser().parse_args(argv)
     if tau is not None:  # a fixed τ (the sweep), in the resolved config too
         cfg.server_steps[0].init_args.tau = tau
@@ -105,7 +118,15 @@ def federation(cfg, configs: list[str], seed: int, setting: str):
     return fed
 
 
-def run(study: str, setting: str, label: str, configs: list[str], seed: int, tau: float | None = None, step_args: dict | None = None) -> Path:
+def run(
+    study: str,
+    setting: str,
+    label: str,
+    configs: list[str],
+    seed: int,
+    tau: float | None = None,
+    step_args: dict | None = None,
+) -> Path:
     """The run's folder, after running it unless it holds a finished run of the same experiment (config and code)."""
     run_dir = RUNS / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
     configs = [BASE, *SETTINGS[setting], *configs]
@@ -164,7 +185,13 @@ ORDER = [("dir0.1", [None, *STRENGTH]), ("dir10", [None, "LH", "LH shared"]), ("
 
 def strength_runs(seeds: list[int]) -> list[tuple]:
     """Every (setting, method, variant, seed) of the strength study, in `ORDER`, seed by seed within each part."""
-    return [(setting, name, variant, seed) for setting, variants in ORDER for seed in seeds for name in METHODS for variant in variants]
+    return [
+        (setting, name, variant, seed)
+        for setting, variants in ORDER
+        for seed in seeds
+        for name in METHODS
+        for variant in variants
+    ]
 
 
 def strength_run(setting: str, name: str, variant: str | None, seed: int) -> Path:
@@ -187,7 +214,12 @@ def strength(seeds: list[int]) -> str:
     for setting in SETTINGS:
         variants = list(STRENGTH)
         head = " | ".join(f"+ {v}: Δ (seeds {per_seed}) | guided | ratio" for v in variants)
-        out += [f"### {setting.replace('dir', 'Dir(')})", "", f"| method | alone | {head} |", "|---|---|" + "---|---|---|" * len(variants)]
+        out += [
+            f"### {setting.replace('dir', 'Dir(')})",
+            "",
+            f"| method | alone | {head} |",
+            "|---|---|" + "---|---|---|" * len(variants),
+        ]
         for name in METHODS:
             plain = [last_acc(strength_run(setting, name, None, s)) for s in seeds]
             row = [name, mean_std(plain)]
@@ -228,7 +260,12 @@ def levels(seeds: list[int]) -> str:
 
 def tau_sweep(seeds: list[int], taus: list[float]) -> str:
     eq3 = [fedegg_log(run("table", "dir0.1", "FedAvg + LH", [LEVELS["LH"]], s))[0] for s in seeds]
-    lines = [f"Eq. 3's τ (LH, Dir(0.1)): {mean_std(eq3)}", "", "| τ | test acc (last 10) | rounds guided |", "|---|---|---|"]
+    lines = [
+        f"Eq. 3's τ (LH, Dir(0.1)): {mean_std(eq3)}",
+        "",
+        "| τ | test acc (last 10) | rounds guided |",
+        "|---|---|---|",
+    ]
     plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
     lines.append(f"| −∞ (FedAvg) | {mean_std(plain)} | 0 |")
     points = sorted([(t, False) for t in taus] + [(sum(eq3) / len(eq3), True)])
@@ -296,7 +333,9 @@ def main() -> None:
     if args.study == "convergence":
         convergence(args.seeds, args.out)
         return
-    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus), "strength": strength}[args.study](args.seeds)
+    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus), "strength": strength}[
+        args.study
+    ](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
     command = f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} --seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
     args.out.write_text(f"<!-- regenerate: {command} -->\n{body}\n")

@@ -36,18 +36,28 @@ def main() -> None:
         c = json.loads(path.read_text())
         angles = np.array(c["angles"])
         threshold = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["cluster/threshold"]
-        lines.append(f"| {run} | {len(c['labels'])} | {threshold} | {len(c['clusters'])} | {c['purity']:.3f} | {angles.max():.2f} |")
+        lines.append(
+            f"| {run} | {len(c['labels'])} | {threshold} | {len(c['clusters'])} | {c['purity']:.3f} | {angles.max():.2f} |"
+        )
         found[run.parent.parent.name].append((angles, c["domains"], threshold))
         read.append(run)
     for study, runs in found.items():
         top = max(a.max() for a, _, _ in runs)
-        grid = sorted({*np.arange(0.0, np.ceil(top) + args.step, args.step).round(4).tolist(), *(t for _, _, t in runs)})
-        lines += ["", f"## {study}: the scan on a common grid ({len(runs)} runs; V and purity: mean, min–max over runs)", ""]
+        grid = sorted(
+            {*np.arange(0.0, np.ceil(top) + args.step, args.step).round(4).tolist(), *(t for _, _, t in runs)}
+        )
+        lines += [
+            "",
+            f"## {study}: the scan on a common grid ({len(runs)} runs; V and purity: mean, min–max over runs)",
+            "",
+        ]
         lines += ["| threshold (°) | V | V min–max | purity | purity min–max |", "|---|---|---|---|---|"]
         for t in grid:
             rows = [threshold_scan(a, d, [t])[0] for a, d, _ in runs]
             vs, ps = [r["num_clusters"] for r in rows], [r["purity"] for r in rows]
-            lines.append(f"| {t:g} | {np.mean(vs):.2f} | {min(vs)}–{max(vs)} | {np.mean(ps):.3f} | {min(ps):.3f}–{max(ps):.3f} |")
+            lines.append(
+                f"| {t:g} | {np.mean(vs):.2f} | {min(vs)}–{max(vs)} | {np.mean(ps):.3f} | {min(ps):.3f}–{max(ps):.3f} |"
+            )
     if warning := runs_code_mix(read):
         print(warning, file=sys.stderr)
         lines += ["", f"**{warning}**"]

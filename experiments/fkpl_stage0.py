@@ -35,7 +35,11 @@ def recovering(angles: np.ndarray, domains: list[str], step: float, linkage: Lin
     """The threshold intervals (degrees, on a `step` grid) at which the clustering is exactly the domains."""
     want = len(set(domains))
     grid = np.arange(step, float(angles.max()) + 2 * step, step)
-    hits = [t for t in grid if (labels := cluster(angles, float(t), linkage)) and max(labels) + 1 == want and purity(labels, domains) == 1.0]
+    hits = [
+        t
+        for t in grid
+        if (labels := cluster(angles, float(t), linkage)) and max(labels) + 1 == want and purity(labels, domains) == 1.0
+    ]
     if not hits:
         return "none"
     spans, start, prev = [], hits[0], hits[0]
@@ -101,7 +105,11 @@ def main() -> None:
     ap.add_argument("configs", nargs="+")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--step", type=float, default=0.1)
-    ap.add_argument("--ablate", action="store_true", help="also Stage 0 without its augmentation / normalisation (configs that set them)")
+    ap.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also Stage 0 without its augmentation / normalisation (configs that set them)",
+    )
     ap.add_argument("--fit-args", default="", help="flsuite fit options for every config, e.g. '--seed 1'")
     args = ap.parse_args()
     lines = [
@@ -124,7 +132,10 @@ def main() -> None:
         try:
             rows = stage0_rows(config, args.step, args.ablate, shlex.split(args.fit_args))
         except Exception as e:  # noqa: BLE001 - report and go on (e.g. a dataset not on this machine)
-            rows = [f"| {config} | not built here: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]} |" + " |" * 12]
+            rows = [
+                f"| {config} | not built here: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]} |"
+                + " |" * 12
+            ]
         print("\n".join(rows), flush=True)
         lines += rows
     if args.out:

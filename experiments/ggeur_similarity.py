@@ -73,7 +73,9 @@ def main() -> None:
     fig.colorbar(im, ax=axes.ravel().tolist(), label=f"S (top {args.top})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110, bbox_inches="tight")
-    args.out.with_suffix(".json").write_text(json.dumps({"reference": args.reference, "top": args.top, "matrices": matrices}, indent=1))
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"reference": args.reference, "top": args.top, "matrices": matrices}, indent=1)
+    )
 
 
 if __name__ == "__main__":

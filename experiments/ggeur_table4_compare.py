@@ -43,7 +43,10 @@ def per_seed(run: Path, read: list[Path]) -> dict[tuple[int, str], tuple[float, 
     for path in sorted(run.glob("seed*/summary.json")):
         read.append(path.parent)
         summary = json.loads(path.read_text())
-        out[label_key(path.parent.name)] = (float(summary[summary_prefix(summary) + "acc_mean"]), domain_std(summary)[0])
+        out[label_key(path.parent.name)] = (
+            float(summary[summary_prefix(summary) + "acc_mean"]),
+            domain_std(summary)[0],
+        )
     return out
 
 

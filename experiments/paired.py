@@ -44,7 +44,11 @@ def paired_row(runs: Path, pair: str, metric: str, codes: dict | None = None) ->
         raise SystemExit(f"paired.py: a pair is 'A - B' (two variant folders of {runs}), got {pair!r}")
     missing = [name for name in (left, right) if not (runs / name).is_dir()]
     if missing:
-        known = ", ".join(sorted(p.name for p in runs.iterdir() if p.is_dir() and any(p.glob("seed*")))) if runs.is_dir() else "none"
+        known = (
+            ", ".join(sorted(p.name for p in runs.iterdir() if p.is_dir() and any(p.glob("seed*"))))
+            if runs.is_dir()
+            else "none"
+        )
         raise SystemExit(f"paired.py: no variant folder {', '.join(missing)} under {runs} (variants there: {known})")
     a, b = (seed_values(runs / name, metric) for name in (left, right))
     seeds = sorted(a.keys() & b.keys())
@@ -67,7 +71,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--command", help="the regenerating command printed under the table")
     args = ap.parse_args()
-    lines = [f"| pair ({args.metric}, last-k) | mean | SE | 95 % interval | per seed | A above B | verdict |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| pair ({args.metric}, last-k) | mean | SE | 95 % interval | per seed | A above B | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     codes: dict = {}
     lines += [paired_row(args.runs, pair, args.metric, codes) for pair in args.pairs]
     if warning := code_mix(list(codes.values())):

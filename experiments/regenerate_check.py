@@ -70,7 +70,11 @@ def tables(text: str) -> list[Table]:
     found, lines = [], text.splitlines()
     i = 0
     while i < len(lines):
-        if lines[i].lstrip().startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\s*\|[\s\-:|]+\|\s*", lines[i + 1]):
+        if (
+            lines[i].lstrip().startswith("|")
+            and i + 1 < len(lines)
+            and re.fullmatch(r"\s*\|[\s\-:|]+\|\s*", lines[i + 1])
+        ):
             header, rows = _cells(lines[i]), {}
             i += 2
             while i < len(lines) and lines[i].lstrip().startswith("|"):
@@ -128,7 +132,11 @@ def sample_argv(command: str, rows: list[str], runs: Path, out: Path, workers: i
         if flag != "--wandb_report":
             kept.append(flag)
         i += 1
-    if missing := [r for r in rows if r not in labels and (groups is None or not any(method_group(lb) == method_group(r) for lb in labels))]:
+    if missing := [
+        r
+        for r in rows
+        if r not in labels and (groups is None or not any(method_group(lb) == method_group(r) for lb in labels))
+    ]:
         raise SystemExit(f"row(s) {missing} are not variants of the table's command (its variants: {labels})")
     if (w := workers or _int(_flag_value(args, "--workers"))) is not None:
         kept += ["--workers", str(w)]
@@ -172,7 +180,10 @@ def report(cells: list[Cell]) -> tuple[str, bool]:
         )
     judged = [c for c in cells if c.judged]
     same = sum(c.same for c in judged)
-    lines += ["", f"{same} of {len(judged)} cells equal" + ("" if same == len(judged) else f", {len(judged) - same} differ")]
+    lines += [
+        "",
+        f"{same} of {len(judged)} cells equal" + ("" if same == len(judged) else f", {len(judged) - same} differ"),
+    ]
     return "\n".join(lines), same == len(judged)
 
 
@@ -180,14 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", type=Path, help="a committed table (docs/results/*.md)")
     ap.add_argument("--rows", nargs="+", required=True, help="the sample: row labels (study variants) to rerun")
-    ap.add_argument("--runs", type=Path, help="where the fresh runs go (default: a new runs/regenerate_check/<table>-<time>)")
+    ap.add_argument(
+        "--runs", type=Path, help="where the fresh runs go (default: a new runs/regenerate_check/<table>-<time>)"
+    )
     ap.add_argument("--workers", type=int, help="study.py --workers (default: the command's)")
     ap.add_argument("--command", help="the regenerating study.py command (default: the table's 'Regenerate with:')")
     args = ap.parse_args(argv)
     text = args.table.read_text()
     committed = tables(text)
     if unknown := [r for r in args.rows if not any(r in t.rows for t in committed)]:
-        raise SystemExit(f"{args.table}: no row {unknown} (its rows: {sorted({r for t in committed for r in t.rows if r != '---'})})")
+        raise SystemExit(
+            f"{args.table}: no row {unknown} (its rows: {sorted({r for t in committed for r in t.rows if r != '---'})})"
+        )
     command = args.command or committed_command(text, args.table)
     runs = args.runs or ROOT / "runs" / "regenerate_check" / f"{args.table.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     out = runs / f"{args.table.stem}.fresh.md"
@@ -199,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"the study failed (exit {done.returncode}); its runs and logs are in {runs}")
     shown, ok = report(compare_tables(committed, tables(out.read_text()), args.rows))
-    print(f"\n{args.table} vs a fresh run of its command ({time.perf_counter() - start:.0f} s; runs in {runs}):\n\n{shown}")
+    print(
+        f"\n{args.table} vs a fresh run of its command ({time.perf_counter() - start:.0f} s; runs in {runs}):\n\n{shown}"
+    )
     return 0 if ok else 1
 
 

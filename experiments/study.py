@@ -107,11 +107,15 @@ def common_args(seed: int | RunSeed, extra: list[str], wandb_group: str | None =
     return [*seeds, "--progress", "false", *wandb, *extra]
 
 
-def fit_command(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> list[str]:
+def fit_command(
+    base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None
+) -> list[str]:
     """The run's `flsuite fit` command; with `wandb_group` the run logs to W&B under that group (for a report)."""
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", *config_args(base, overlay)]
     common = common_args(seed, extra, wandb_group)
-    if (run_dir / "checkpoints" / "last.pt").is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
+    if (
+        run_dir / "checkpoints" / "last.pt"
+    ).is_file():  # killed mid-run: continue it (flsuite refuses to reuse the folder)
         return cmd + ["--resume", str(run_dir), *common]
     if run_dir.exists():  # started but never checkpointed: nothing to keep
         shutil.rmtree(run_dir)
@@ -125,7 +129,9 @@ def _fit_parser():
     return fit_parser()
 
 
-def requested_config(base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None) -> str:
+def requested_config(
+    base: Path, overlay: str, seed: int, run_dir: Path, extra: list[str], wandb_group: str | None = None
+) -> str:
     """The resolved config (YAML) the run's `flsuite fit` command would write into its config.yaml."""
     from flsuite.cli import resolved_config_yaml
 
@@ -137,7 +143,9 @@ def requested_config(base: Path, overlay: str, seed: int, run_dir: Path, extra: 
         sys.exit(f"flsuite fit {shlex.join(argv)}: {' '.join(str(err).split())}")
 
 
-def needs_run(run_dir: Path, base: Path, overlay: str, seed: int, extra: list[str], wandb_group: str | None = None) -> bool:
+def needs_run(
+    run_dir: Path, base: Path, overlay: str, seed: int, extra: list[str], wandb_group: str | None = None
+) -> bool:
     """Whether the run must run (or continue). A folder holding a run of the same experiment (config and code,
     `flsuite.provenance.same_experiment`) is reused when finished (False) and continued when killed (True:
     `fit_command` resumes it); a folder holding any other run is moved to `.replaced/` beside it, with the reason
@@ -150,7 +158,9 @@ def needs_run(run_dir: Path, base: Path, overlay: str, seed: int, extra: list[st
     decision = same_experiment(run_dir, requested_config(base, overlay, seed, run_dir, extra, wandb_group))
     if decision.same:
         return not (run_dir / "summary.json").is_file()
-    print(f"{run_dir}: not reused, runs again ({decision.reason}); the old run is now {move_aside(run_dir)}", flush=True)
+    print(
+        f"{run_dir}: not reused, runs again ({decision.reason}); the old run is now {move_aside(run_dir)}", flush=True
+    )
     return True
 
 
@@ -191,7 +201,9 @@ def run(cmd: list[str], log: Path, parallel: int = 1, pool: WarmPool | None = No
         code = pool.run(cmd[4:], str(log), run_env(parallel))
         if code == KILLED:
             with open(log, "a") as f:
-                f.write(f"\nstudy.py: the worker running this run died (killed, out of memory or a crash); exit {KILLED}\n")
+                f.write(
+                    f"\nstudy.py: the worker running this run died (killed, out of memory or a crash); exit {KILLED}\n"
+                )
         return code
     with open(log, "w") as f:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=run_env(parallel)).returncode
@@ -199,7 +211,10 @@ def run(cmd: list[str], log: Path, parallel: int = 1, pool: WarmPool | None = No
 
 def comparison(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> compare.Comparison:
     """The study's finished runs, labelled by variant, compared by `flsuite.compare`."""
-    groups = {label: [d for s in seeds if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()] for label, _ in variants}
+    groups = {
+        label: [d for s in seeds if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()]
+        for label, _ in variants
+    }
     return compare.compare(groups)
 
 
@@ -218,7 +233,9 @@ def validation_fraction(base: Path, overlay: str, extra: list[str]) -> float:
         elif item.startswith("--validation.fraction="):
             fraction = float(item.split("=", 1)[1])
         elif item.endswith((".yaml", ".yml")) and Path(item).is_file():
-            fraction = float(((yaml.safe_load(Path(item).read_text()) or {}).get("validation") or {}).get("fraction", fraction))
+            fraction = float(
+                ((yaml.safe_load(Path(item).read_text()) or {}).get("validation") or {}).get("fraction", fraction)
+            )
     return fraction
 
 
@@ -232,21 +249,34 @@ def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tup
     for group, members in groups.items():
         scores, configs = {}, {}
         for label, _ in members:
-            done = [compare.load_run(d) for s in seeds if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()]
+            done = [
+                compare.load_run(d)
+                for s in seeds
+                if ((d := runs / slug(label) / f"seed{s}") / "summary.json").is_file()
+            ]
             if not done:
                 continue
             key = done[0].prefix + VAL_PREFIX + "acc_mean"
             if missing := [str(r.path) for r in done if key not in r.summary]:
-                sys.exit(f"--select_on val: {', '.join(missing)} has no {key} in summary.json (run without a validation split)")
+                sys.exit(
+                    f"--select_on val: {', '.join(missing)} has no {key} in summary.json (run without a validation split)"
+                )
             scores[label], configs[label] = [float(r.summary[key]) for r in done], compare.experiment(done[0].config)
         if not scores:
             continue
         best = max(scores, key=lambda label: float(np.mean(scores[label])))  # max keeps the first of equal scores
         chosen += [m for m in members if m[0] == best]
         keys = compare.differing_keys(list(configs.values()))
-        grid = "; ".join(f"`{k}` ∈ {{{', '.join(dict.fromkeys(str(c.get(k, '—')) for c in configs.values()))}}}" for k in keys) or "—"
+        grid = (
+            "; ".join(
+                f"`{k}` ∈ {{{', '.join(dict.fromkeys(str(c.get(k, '—')) for c in configs.values()))}}}" for k in keys
+            )
+            or "—"
+        )
         values = ", ".join(f"`{k}={configs[best].get(k, '—')}`" for k in keys) or "—"
-        shown = "; ".join(f"{'**' * (lb == best)}{lb}: {compare.mean_pm(v)}{'**' * (lb == best)}" for lb, v in scores.items())
+        shown = "; ".join(
+            f"{'**' * (lb == best)}{lb}: {compare.mean_pm(v)}{'**' * (lb == best)}" for lb, v in scores.items()
+        )
         rows.append(f"| {group} | {grid} | {shown} | {best} | {values} |")
     head = [
         "Chosen on validation data (`--select_on val`): per method, the grid variant with the best validation last-k AVG",
@@ -259,7 +289,13 @@ def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tup
 
 
 def table(
-    name: str, variants: list[tuple[str, str]], seeds: list[int], runs: Path, command: str, select_on: str | None = None, select_seeds: list[int] | None = None
+    name: str,
+    variants: list[tuple[str, str]],
+    seeds: list[int],
+    runs: Path,
+    command: str,
+    select_on: str | None = None,
+    select_seeds: list[int] | None = None,
 ) -> str:
     selection = ""
     if select_on == "val":
@@ -272,19 +308,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True)
     ap.add_argument("--base", type=Path, required=True)
-    ap.add_argument("--variant", action="append", required=True, help='"Label=overlay.yaml[,more.yaml]" (empty = the base alone)')
+    ap.add_argument(
+        "--variant", action="append", required=True, help='"Label=overlay.yaml[,more.yaml]" (empty = the base alone)'
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--train_seeds", type=int, nargs="+", help="training seeds run on each of --seeds as data seed (see above)")
+    ap.add_argument(
+        "--train_seeds", type=int, nargs="+", help="training seeds run on each of --seeds as data seed (see above)"
+    )
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--runs_per_worker", type=int, default=50, help="runs a warm worker process runs before it is replaced (see above)")
-    ap.add_argument("--fresh_processes", action="store_true", help="run every run as a flsuite fit process of its own (no warm workers)")
+    ap.add_argument(
+        "--runs_per_worker",
+        type=int,
+        default=50,
+        help="runs a warm worker process runs before it is replaced (see above)",
+    )
+    ap.add_argument(
+        "--fresh_processes",
+        action="store_true",
+        help="run every run as a flsuite fit process of its own (no warm workers)",
+    )
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here")
+    ap.add_argument(
+        "--html", type=Path, help="also write a self-contained HTML page (tables and convergence curves) here"
+    )
     ap.add_argument("--command", help="the regenerating command printed under the table (default: this invocation)")
-    ap.add_argument("--select_on", choices=["val"], help="per method group, keep the variant with the best validation AVG (see above)")
-    ap.add_argument("--select_seeds", type=int, nargs="+", help="with --select_on: the seeds every grid variant runs on and is chosen on (default: --seeds)")
-    ap.add_argument("--wandb_report", action="store_true", help="publish the table as a W&B report (offline: its spec next to --out; see above)")
+    ap.add_argument(
+        "--select_on",
+        choices=["val"],
+        help="per method group, keep the variant with the best validation AVG (see above)",
+    )
+    ap.add_argument(
+        "--select_seeds",
+        type=int,
+        nargs="+",
+        help="with --select_on: the seeds every grid variant runs on and is chosen on (default: --seeds)",
+    )
+    ap.add_argument(
+        "--wandb_report",
+        action="store_true",
+        help="publish the table as a W&B report (offline: its spec next to --out; see above)",
+    )
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to every flsuite fit after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
@@ -297,8 +361,12 @@ def main() -> None:
 
         require_library()  # before any run
     check_same_flags(runs, extra)
-    if args.select_on and (none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]):
-        sys.exit(f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)")
+    if args.select_on and (
+        none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]
+    ):
+        sys.exit(
+            f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)"
+        )
 
     if args.workers < 1 or args.runs_per_worker < 1:
         sys.exit(f"--workers and --runs_per_worker must be >= 1, got {args.workers} and {args.runs_per_worker}")
@@ -316,7 +384,9 @@ def main() -> None:
         sys.exit(f"--select_seeds {args.select_seeds} needs --select_on and must be among --seeds {args.seeds}")
     grid_seeds = select_seeds if args.select_on else args.seeds
     # From here a seed is a run's (data seed, training seed): the grid with --train_seeds.
-    args.seeds, select_seeds, grid_seeds = (run_seeds(s, args.train_seeds) for s in (args.seeds, select_seeds, grid_seeds))
+    args.seeds, select_seeds, grid_seeds = (
+        run_seeds(s, args.train_seeds) for s in (args.seeds, select_seeds, grid_seeds)
+    )
 
     group = args.name if args.wandb_report else None
 
@@ -353,7 +423,9 @@ def main() -> None:
     try:
         with ThreadPoolExecutor(args.workers) as pool:
             failed = [r for r in pool.map(job, jobs) if r[2] != 0]
-            if args.select_on and (rest := [s for s in args.seeds if s not in grid_seeds]):  # the chosen variants on the other seeds
+            if args.select_on and (
+                rest := [s for s in args.seeds if s not in grid_seeds]
+            ):  # the chosen variants on the other seeds
                 failed += [r for r in pool.map(job, pending(select(variants, grid_seeds, runs)[0], rest)) if r[2] != 0]
     finally:
         if warm is not None:

@@ -57,7 +57,16 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from flsuite.federation.phases import ClientFailedError
     from flsuite.models.weights import WeightsUnavailableError
 
-    return (DataError, CheckpointError, ClientFailedError, FileNotFoundError, UnreadableImageError, WeightsUnavailableError, ValueError, TypeError)
+    return (
+        DataError,
+        CheckpointError,
+        ClientFailedError,
+        FileNotFoundError,
+        UnreadableImageError,
+        WeightsUnavailableError,
+        ValueError,
+        TypeError,
+    )
 
 
 def resolved_config_yaml(parser: ArgumentParser, cfg: Namespace) -> str:
@@ -73,7 +82,13 @@ def federation_from_configs(*configs: str | Path, args: Sequence[str] = ()) -> F
     """The Federation `flsuite fit --config A --config B ... ARGS` would run, built but not started, quiet (no
     progress bar, no W&B): for tools and tests that inspect a config's data, clusters or loop without training."""
     parser = fit_parser()
-    argv = [a for c in configs for a in ("--config", str(c))] + ["--progress", "false", "--wandb.enabled", "false", *args]
+    argv = [a for c in configs for a in ("--config", str(c))] + [
+        "--progress",
+        "false",
+        "--wandb.enabled",
+        "false",
+        *args,
+    ]
     return build_federation(parser, parser.parse_args(argv))
 
 
@@ -110,7 +125,10 @@ def run_features(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str] = (
     reported from it (`flsuite.data.cache_index`); a finished build of an indexable source is recorded in it."""
     start = time.perf_counter()
     resolved = yaml.safe_load(resolved_config_yaml(parser, cfg))
-    keys = [cache_index.request_key(resolved), *([cache_index.command_line_key(argv, config_files(list(argv)))] if argv else [])]
+    keys = [
+        cache_index.request_key(resolved),
+        *([cache_index.command_line_key(argv, config_files(list(argv)))] if argv else []),
+    ]
     cache_dir = cache_index.resolved_cache_dir(resolved)
     if cache_dir is not None and (hit := cache_index.lookup(cache_dir, keys[0])) is not None:
         return cache_index.rewrite(cache_dir, keys[1:], hit).answer(start)
@@ -136,7 +154,15 @@ def run_features(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str] = (
     }
     print(json.dumps(report, indent=2))
     if cache_dir is not None and used.caches and (folders := init.data.source_folders()) is not None:
-        cache_index.record(cache_dir, keys, sum(rows for _, rows in used.caches), report, folders, [path for path, _ in used.caches], used.pools)
+        cache_index.record(
+            cache_dir,
+            keys,
+            sum(rows for _, rows in used.caches),
+            report,
+            folders,
+            [path for path, _ in used.caches],
+            used.pools,
+        )
     return report
 
 
@@ -166,7 +192,11 @@ def run_tool(name: str, argv: list[str], debug: bool) -> int:
     except SystemExit as done:  # --help
         return int(done.code or 0)
     except KeyboardInterrupt:
-        print(f"flsuite {name}: interrupted" + ("; rerun the same command to resume the sweep" if name == "sweep" else ""), file=sys.stderr)
+        print(
+            f"flsuite {name}: interrupted"
+            + ("; rerun the same command to resume the sweep" if name == "sweep" else ""),
+            file=sys.stderr,
+        )
         return 130
     except Exception as err:  # noqa: BLE001 - turned into a one-paragraph message below
         if debug or not isinstance(err, user_errors()):

@@ -51,7 +51,9 @@ def fit_parser() -> ArgumentParser:
         description="Train a federation round by round and record it (run folder + W&B).",
         exit_on_error=False,
     )
-    parser.add_argument("--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
+    parser.add_argument(
+        "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones."
+    )
     parser.add_class_arguments(Federation, fail_untyped=True, sub_configs=True)
     # The federation's own default is the base Method (FedAvg's hooks) so the engine needs no concrete method; the
     # command line names FedAvg, so resolved configs say what ran.
@@ -60,20 +62,28 @@ def fit_parser() -> ArgumentParser:
     from flsuite.methods.fedavg import FedAvg
 
     parser.set_defaults(method=lazy_instance(FedAvg))
-    parser.add_argument("--resume", type=Path | None, default=None, help="Continue a run from its folder or a checkpoint file.")
+    parser.add_argument(
+        "--resume", type=Path | None, default=None, help="Continue a run from its folder or a checkpoint file."
+    )
     return parser
 
 
 def main_parser(commands: Sequence[str] = ("fit", "features")) -> ArgumentParser:
     """The `flsuite` parser; of `fit` and `features`, only those in `commands` get their real (heavy) parser, the others
     a placeholder that only lists them."""
-    parser = ArgumentParser(prog="flsuite", description="Federated learning experiments on heterogeneous clients.", exit_on_error=False)
+    parser = ArgumentParser(
+        prog="flsuite", description="Federated learning experiments on heterogeneous clients.", exit_on_error=False
+    )
     parser.add_argument("--version", action="version", version=f"flsuite {version()}")
     subcommands = parser.add_subcommands(dest="command")
-    parser_of = {name: fit_parser() if name in commands else ArgumentParser(exit_on_error=False) for name in ("fit", "features")}
+    parser_of = {
+        name: fit_parser() if name in commands else ArgumentParser(exit_on_error=False) for name in ("fit", "features")
+    }
     subcommands.add_subcommand("fit", parser_of["fit"], help="Run a federation from a YAML config.")
     subcommands.add_subcommand(
-        "features", parser_of["features"], help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
+        "features",
+        parser_of["features"],
+        help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it.",
     )
     for name, (_, help_text) in TOOLS.items():  # listed in `flsuite --help`; `main` hands them to their own parsers
         subcommands.add_subcommand(name, ArgumentParser(prog=f"flsuite {name}", exit_on_error=False), help=help_text)
@@ -82,7 +92,13 @@ def main_parser(commands: Sequence[str] = ("fit", "features")) -> ArgumentParser
 
 #: Subcommands with their own (argparse) parsers, so that `flsuite fit` flags can follow `--`: name -> (module, help).
 TOOLS = {
-    "sweep": ("flsuite.sweep", "Run a W&B sweep file offline on optuna (SQLite study, resumable): flsuite sweep sweeps/<file>.yaml."),
+    "sweep": (
+        "flsuite.sweep",
+        "Run a W&B sweep file offline on optuna (SQLite study, resumable): flsuite sweep sweeps/<file>.yaml.",
+    ),
     "compare": ("flsuite.compare", "Compare methods across run folders, globs or study folders (Markdown, HTML, PNG)."),
-    "dashboard": ("flsuite.dashboard", 'Build the W&B workspace that compares methods (or a sweep\'s view); needs pip install "flsuite[dashboard]".'),
+    "dashboard": (
+        "flsuite.dashboard",
+        'Build the W&B workspace that compares methods (or a sweep\'s view); needs pip install "flsuite[dashboard]".',
+    ),
 }

@@ -82,7 +82,9 @@ def known_classes(bases: list[type]) -> list[str]:
             seen.add(cls)
             stack.extend(cls.__subclasses__())
     # LazyInstance_*: the subclasses jsonargparse's `lazy_instance` makes for defaults
-    names = {c.__name__ for c in seen if not inspect.isabstract(c) and not c.__name__.startswith(("_", "LazyInstance_"))}
+    names = {
+        c.__name__ for c in seen if not inspect.isabstract(c) and not c.__name__.startswith(("_", "LazyInstance_"))
+    }
     return sorted(names, key=str.lower)
 
 
@@ -157,7 +159,9 @@ def keys_set_where(keys: Sequence[str], argv: list[str]) -> str:
     for key in keys:
         if (where := setter_of(key, argv)) is not None:
             by_place.setdefault(where, []).append(key)
-    return "".join(f" ({', '.join(k[:-1]) + ' and ' if len(k) > 1 else ''}{k[-1]} set {where})" for where, k in by_place.items())
+    return "".join(
+        f" ({', '.join(k[:-1]) + ' and ' if len(k) > 1 else ''}{k[-1]} set {where})" for where, k in by_place.items()
+    )
 
 
 def keys_naming_a_path(cfg: Namespace, message: str) -> list[str]:

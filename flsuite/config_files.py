@@ -53,7 +53,9 @@ def check_config_files(files: list[Path]) -> None:
         if content is None:
             raise ValueError(f"config file {path} is empty")
         if not isinstance(content, dict):
-            raise ValueError(f"config file {path} must hold a mapping of keys (e.g. `rounds: 10`), not a {type(content).__name__}")
+            raise ValueError(
+                f"config file {path} must hold a mapping of keys (e.g. `rounds: 10`), not a {type(content).__name__}"
+            )
 
 
 def parser_key(message: str) -> str | None:
@@ -116,7 +118,12 @@ def is_help_request(argv: list[str]) -> bool:
 def help_file(argv: list[str]) -> Path:
     """Where the help text of `argv` is cached: keyed by the request, the running code (`code_fingerprint`: any edit of
     flsuite or any package installed invalidates it) and what argparse formats by (the terminal's width, colour)."""
-    state = [argv, code_fingerprint(), shutil.get_terminal_size().columns, [os.environ.get(k) for k in ("NO_COLOR", "FORCE_COLOR")]]
+    state = [
+        argv,
+        code_fingerprint(),
+        shutil.get_terminal_size().columns,
+        [os.environ.get(k) for k in ("NO_COLOR", "FORCE_COLOR")],
+    ]
     return user_cache_dir() / "help" / f"{hashlib.blake2b(json.dumps(state).encode(), digest_size=16).hexdigest()}.txt"
 
 

@@ -41,7 +41,10 @@ def fit_federation(parser: ArgumentParser, cfg: Namespace, config_yaml: str) -> 
     hit = cache_index.lookup(cache_dir, cache_index.request_key(resolved)) if cache_dir is not None else None
     if cache_dir is None or hit is None or not hit.pools:
         if cache_dir is not None and (resolved["data"].get("init_args") or {}).get("encoder") is not None:
-            log.info("feature cache index: no unchanged entry for this data in %s; building it (the cache serves what it holds)", cache_dir)
+            log.info(
+                "feature cache index: no unchanged entry for this data in %s; building it (the cache serves what it holds)",
+                cache_dir,
+            )
         return build_federation(parser, cfg)
     lean = cfg.clone()
     if "data.init_args.encoder" in lean:

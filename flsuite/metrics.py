@@ -77,11 +77,18 @@ def evaluate_federation(model: nn.Module, data: FederatedData, device: str = "cp
     """`evaluate` on the test splits and, when the run holds validation data out, on those under `val/`."""
     out = evaluate(model, data.test, data.num_classes, device=device)
     if data.validation:
-        out.update({f"{VAL_PREFIX}{k}": v for k, v in evaluate(model, data.validation, data.num_classes, device=device).items()})
+        out.update(
+            {
+                f"{VAL_PREFIX}{k}": v
+                for k, v in evaluate(model, data.validation, data.num_classes, device=device).items()
+            }
+        )
     return out
 
 
-def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None) -> dict[str, object]:
+def final_summary(
+    history: Sequence[Mapping[str, object]], last_k: int = 5, target_acc: float | None = None
+) -> dict[str, object]:
     """Final numbers from the per-round records that carry accuracy.
 
     `last{k}/<metric>`: each per-domain accuracy and acc_mean averaged over the last k evaluated rounds (fewer when
@@ -119,7 +126,9 @@ def final_summary(history: Sequence[Mapping[str, object]], last_k: int = 5, targ
     return out
 
 
-def _last_k_means(tail: Sequence[Mapping[str, object]], prefix: str, keys: Sequence[str], strip: str = "") -> dict[str, object]:
+def _last_k_means(
+    tail: Sequence[Mapping[str, object]], prefix: str, keys: Sequence[str], strip: str = ""
+) -> dict[str, object]:
     """`<prefix><key>`: the last-k mean of each per-domain accuracy and of acc_mean (`keys` less `strip`), and the
     STDs across domains of the per-domain means."""
     means = {k.removeprefix(strip): float(np.mean([float(r[k]) for r in tail])) for k in keys}  # type: ignore[arg-type]

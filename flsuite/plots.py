@@ -29,7 +29,9 @@ def plot_partition(stats: Mapping[str, Any], path: Path) -> None:
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     shown = range(0, rows, -(-rows // MAX_LABELLED_CLIENTS))
-    ax.set_yticks(list(shown), [f"{stats['clients'][i]['client']} ({stats['clients'][i]['domain']})" for i in shown], fontsize=7)
+    ax.set_yticks(
+        list(shown), [f"{stats['clients'][i]['client']} ({stats['clients'][i]['domain']})" for i in shown], fontsize=7
+    )
     fig.colorbar(im, ax=ax, label="samples")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -128,9 +128,13 @@ class WarmPool:
     `task` (default `run_fit_here`) is what a slot runs; it must be importable by a spawned process. `warm`: a new
     worker imports the stack before its first run (else its first run does)."""
 
-    def __init__(self, workers: int, runs_per_worker: int = 50, task: Callable[..., int] = run_fit_here, warm: bool = True) -> None:
+    def __init__(
+        self, workers: int, runs_per_worker: int = 50, task: Callable[..., int] = run_fit_here, warm: bool = True
+    ) -> None:
         if workers < 1 or runs_per_worker < 1:
-            raise ValueError(f"a WarmPool needs workers >= 1 and runs_per_worker >= 1, got {workers} and {runs_per_worker}")
+            raise ValueError(
+                f"a WarmPool needs workers >= 1 and runs_per_worker >= 1, got {workers} and {runs_per_worker}"
+            )
         self.workers, self.runs_per_worker, self.task, self.warm = workers, runs_per_worker, task, warm
         self._free: queue.SimpleQueue[ProcessPoolExecutor] = queue.SimpleQueue()
         self._all: list[ProcessPoolExecutor] = []

@@ -77,7 +77,10 @@ def check_devices(accelerator: str, eval_device: str) -> tuple[str, tuple[str, .
     """The problem with `local.accelerator` / `eval_device` on this machine, as (message, keys); None when both run."""
     bad = [
         (key, value)
-        for key, value, ok in (("local.accelerator", accelerator, accelerator_available), ("eval_device", eval_device, device_available))
+        for key, value, ok in (
+            ("local.accelerator", accelerator, accelerator_available),
+            ("eval_device", eval_device, device_available),
+        )
         if not ok(value)
     ]
     if not bad:

@@ -40,13 +40,22 @@ def shown(on: bool) -> Iterator[None]:
         _shown = previous
 
 
-def bar(total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0, leave: bool | None = None, show: bool | None = None) -> tqdm:
+def bar(
+    total: int | None = None,
+    desc: str = "",
+    unit: str = "it",
+    initial: int = 0,
+    leave: bool | None = None,
+    show: bool | None = None,
+) -> tqdm:
     """A tqdm bar on stderr, shown when `show` says so (None: when the run shows progress); use it as a context
     manager, so that it is closed on errors too."""
     return tqdm(total=total, desc=desc, unit=unit, initial=initial, leave=leave, disable=_hidden(show), file=sys.stderr)
 
 
-def track(items: Iterable[T], desc: str, unit: str = "it", total: int | None = None, show: bool | None = None) -> Iterable[T]:
+def track(
+    items: Iterable[T], desc: str, unit: str = "it", total: int | None = None, show: bool | None = None
+) -> Iterable[T]:
     """`items` with a bar that counts each one when its turn is over (as `bar`: shown when the run shows progress);
     `total` for items without a length (a generator)."""
     return tqdm(items, desc=desc, unit=unit, total=total, leave=None, disable=_hidden(show), file=sys.stderr)

@@ -44,7 +44,18 @@ import yaml
 from flsuite.runfolder import flatten
 
 #: Dotted-key patterns (fnmatch) that may differ between a reused run and the request (see the module's decisions).
-REUSE_IGNORED = ("run_dir", "output_dir", "name", "progress", "wandb", "wandb.*", "checkpoint_every", "*cache_dir", "executor", "executor.*")
+REUSE_IGNORED = (
+    "run_dir",
+    "output_dir",
+    "name",
+    "progress",
+    "wandb",
+    "wandb.*",
+    "checkpoint_every",
+    "*cache_dir",
+    "executor",
+    "executor.*",
+)
 
 
 def package_root() -> Path:
@@ -70,7 +81,17 @@ def git_state(root: Path) -> tuple[str | None, str | None]:
         return None, None
     try:
         done = subprocess.run(
-            ["git", "--no-optional-locks", "-C", str(root), "status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all"],
+            [
+                "git",
+                "--no-optional-locks",
+                "-C",
+                str(root),
+                "status",
+                "--porcelain=v2",
+                "-z",
+                "--branch",
+                "--untracked-files=all",
+            ],
             capture_output=True,
             timeout=60,
         )
@@ -102,7 +123,13 @@ def _fingerprint(root: Path, paths: Sequence[str]) -> str:
         path = root / rel
         digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
         try:
-            digest.update(str(path.readlink()).encode() if path.is_symlink() else path.read_bytes() if path.is_file() else b"<not a file>")
+            digest.update(
+                str(path.readlink()).encode()
+                if path.is_symlink()
+                else path.read_bytes()
+                if path.is_file()
+                else b"<not a file>"
+            )
         except OSError:
             digest.update(b"<unreadable>")
         digest.update(b"\0")
@@ -113,7 +140,12 @@ def _fingerprint(root: Path, paths: Sequence[str]) -> str:
 def code_version() -> dict[str, Any]:
     """This process's code: {version, commit, dirty, uncommitted} (see the module's decisions); computed once."""
     commit, uncommitted = git_state(package_root())
-    return {"version": _version(), "commit": commit, "dirty": None if commit is None else uncommitted is not None, "uncommitted": uncommitted}
+    return {
+        "version": _version(),
+        "commit": commit,
+        "dirty": None if commit is None else uncommitted is not None,
+        "uncommitted": uncommitted,
+    }
 
 
 def code_label(code: Mapping[str, Any] | None) -> str:
@@ -197,11 +229,17 @@ def same_experiment(run_dir: Path, config_yaml: str, code: Mapping[str, Any] | N
     if old is not None and old.get("resumed_by"):
         reasons.append(f"it was resumed under other code than it began with ({code_label(old)})")
     elif old is None or not old.get("commit"):
-        reasons.append("it recorded no commit (made before flsuite recorded its code version, or outside a git checkout)")
+        reasons.append(
+            "it recorded no commit (made before flsuite recorded its code version, or outside a git checkout)"
+        )
     elif not code.get("commit"):
         reasons.append("this code is not a git checkout (no commit to compare)")
-    elif [old.get(k) for k in ("commit", "uncommitted", "version")] != [code.get(k) for k in ("commit", "uncommitted", "version")]:
-        reasons.append(f"it was made by code {code_label(old)} (flsuite {old.get('version')}), this is {code_label(code)} (flsuite {code.get('version')})")
+    elif [old.get(k) for k in ("commit", "uncommitted", "version")] != [
+        code.get(k) for k in ("commit", "uncommitted", "version")
+    ]:
+        reasons.append(
+            f"it was made by code {code_label(old)} (flsuite {old.get('version')}), this is {code_label(code)} (flsuite {code.get('version')})"
+        )
     if reasons:
         return Reuse(False, "; ".join(reasons))
     return Reuse(True, f"same config and code ({code_label(code)})")
@@ -234,5 +272,7 @@ def code_mix(codes: Sequence[Mapping[str, Any] | None]) -> str:
         counts[label] = counts.get(label, 0) + 1
     if len(counts) < 2:
         return ""
-    shown = ", ".join(f"{label} ({n} run{'s' * (n != 1)})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    shown = ", ".join(
+        f"{label} ({n} run{'s' * (n != 1)})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
     return f"Warning: these runs come from {len(counts)} code versions: {shown}; a table should hold runs of one."

@@ -77,7 +77,12 @@ FEDCIR_LOSS_SHARES = ("client/fedcir/reg_loss_share", "client/fedcir/align_loss_
 FKPL_HEAD_PREFIX, FKPL_PERSONAL_PREFIX = "head/", "personal/"
 #: Stage 0's record (phase `cluster`): V, purity, threshold, labels, the bases' float scalars (and `bytes_up`); its
 #: timing: the bases' exchange and the clustering.
-FKPL_NUM_CLUSTERS, FKPL_PURITY, FKPL_THRESHOLD, FKPL_LABELS = "cluster/num_clusters", "cluster/purity", "cluster/threshold", "cluster/labels"
+FKPL_NUM_CLUSTERS, FKPL_PURITY, FKPL_THRESHOLD, FKPL_LABELS = (
+    "cluster/num_clusters",
+    "cluster/purity",
+    "cluster/threshold",
+    "cluster/labels",
+)
 SCALARS_UP = "scalars_up"
 FKPL_PREPROCESS_SECONDS, FKPL_CLUSTER_SECONDS = "time/preprocess_s", "time/cluster_s"
 #: Stage II's record (phase `calibrate`): the server head's loss and F's width d_V, then the cost table (Tables 9–10,
@@ -87,17 +92,34 @@ FKPL_HEAD_LOSS, FKPL_FEATURE_DIM = f"{SERVER_PREFIX}head_loss", "d_V"
 FKPL_STAGE_PREFIXES, FKPL_SUMMARY_PREFIX = ("stage0/", "stage1/", "stage2/"), "fkpl/"
 FKPL_STAGE0_BYTES_UP, FKPL_STAGE0_SCALARS_UP = "stage0/bytes_up", "stage0/scalars_up"
 FKPL_STAGE0_PREPROCESS_SECONDS, FKPL_STAGE0_CLUSTER_SECONDS = "stage0/time/preprocess_s", "stage0/time/cluster_s"
-FKPL_STAGE1_BYTES_UP, FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE1_SECONDS = "stage1/bytes_up", "stage1/bytes_down", "stage1/time_s"
+FKPL_STAGE1_BYTES_UP, FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE1_SECONDS = (
+    "stage1/bytes_up",
+    "stage1/bytes_down",
+    "stage1/time_s",
+)
 FKPL_STAGE1_SCALARS_PER_EXPERT, FKPL_STAGE1_ROUNDS = "stage1/scalars_per_expert", "stage1/rounds"
 FKPL_ENCODER_BYTES_DOWN, FKPL_ENCODER_SCALARS_DOWN = "stage2/encoder_bytes_down", "stage2/encoder_scalars_down"
-FKPL_PROTOTYPE_SCALARS_UP, FKPL_DOMAIN_PROTOTYPE_SCALARS_DOWN = "stage2/scalars_up/prototypes", "stage2/scalars_down/domain_prototypes"
+FKPL_PROTOTYPE_SCALARS_UP, FKPL_DOMAIN_PROTOTYPE_SCALARS_DOWN = (
+    "stage2/scalars_up/prototypes",
+    "stage2/scalars_down/domain_prototypes",
+)
 FKPL_VIRTUAL_SCALARS_UP, FKPL_NUM_VIRTUAL = "stage2/scalars_up/virtual_features", "stage2/num_virtual"
 FKPL_STAGE2_BYTES_UP, FKPL_STAGE2_BYTES_DOWN = "stage2/bytes_up", "stage2/bytes_down"
-FKPL_PROTOTYPES_SECONDS, FKPL_VIRTUAL_SECONDS, FKPL_HEAD_FIT_SECONDS = "stage2/time/prototypes_s", "stage2/time/virtual_s", "stage2/time/head_fit_s"
+FKPL_PROTOTYPES_SECONDS, FKPL_VIRTUAL_SECONDS, FKPL_HEAD_FIT_SECONDS = (
+    "stage2/time/prototypes_s",
+    "stage2/time/virtual_s",
+    "stage2/time/head_fit_s",
+)
 #: The per-stage costs dashboards show (summary and setup.json).
-FKPL_STAGE_BYTES_UP = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_BYTES_UP, FKPL_STAGE1_BYTES_UP, FKPL_STAGE2_BYTES_UP))
-FKPL_STAGE_BYTES_DOWN = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE2_BYTES_DOWN, FKPL_ENCODER_BYTES_DOWN))
-FKPL_STAGE_SECONDS = tuple(FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_CLUSTER_SECONDS, FKPL_STAGE1_SECONDS, FKPL_HEAD_FIT_SECONDS))
+FKPL_STAGE_BYTES_UP = tuple(
+    FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_BYTES_UP, FKPL_STAGE1_BYTES_UP, FKPL_STAGE2_BYTES_UP)
+)
+FKPL_STAGE_BYTES_DOWN = tuple(
+    FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE1_BYTES_DOWN, FKPL_STAGE2_BYTES_DOWN, FKPL_ENCODER_BYTES_DOWN)
+)
+FKPL_STAGE_SECONDS = tuple(
+    FKPL_SUMMARY_PREFIX + k for k in (FKPL_STAGE0_CLUSTER_SECONDS, FKPL_STAGE1_SECONDS, FKPL_HEAD_FIT_SECONDS)
+)
 
 #: Keys a round record carries every evaluated round (what a sweep can report per round); everything else is a
 #: summary key.
@@ -125,8 +147,15 @@ def is_declared(key: str) -> bool:
 def round_bytes(record: Mapping[str, Any]) -> tuple[float, float]:
     """(bytes up, bytes down) of the rounds a record holds: every prefix under which it has `<prefix>clients` and
     `<prefix>bytes_up` ("" for plain rounds, `expert<v>/` for FKPL's); (0, 0) for other records."""
-    prefixes = [k.removesuffix(CLIENTS) for k in record if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
-    return (sum(float(record[f"{p}{BYTES_UP}"]) for p in prefixes), sum(float(record.get(f"{p}{BYTES_DOWN}", 0)) for p in prefixes))
+    prefixes = [
+        k.removesuffix(CLIENTS)
+        for k in record
+        if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record
+    ]
+    return (
+        sum(float(record[f"{p}{BYTES_UP}"]) for p in prefixes),
+        sum(float(record.get(f"{p}{BYTES_DOWN}", 0)) for p in prefixes),
+    )
 
 
 @dataclass

@@ -39,7 +39,12 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
     import lightning
     import torch
 
-    versions = {"python": sys.version.split()[0], "torch": torch.__version__, "lightning": lightning.__version__, "numpy": np.__version__}
+    versions = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "numpy": np.__version__,
+    }
     try:
         from importlib.metadata import version
 
@@ -60,7 +65,9 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
     }
 
 
-def resumed_environment(previous: Mapping[str, Any] | None, now: Mapping[str, Any], resumed_at: Mapping[str, int]) -> dict[str, Any]:
+def resumed_environment(
+    previous: Mapping[str, Any] | None, now: Mapping[str, Any], resumed_at: Mapping[str, int]
+) -> dict[str, Any]:
     """environment.json after `flsuite fit --resume` (decision, issue 38): the record of the run's start is kept as
     it was (its `code`, `versions`, `argv`, seeds, `local_loop`: the code that began the run) and the resume is
     appended to `resumes` — its code, versions, command line, threads, the loop it trains with (`local_loop`) and
@@ -72,8 +79,12 @@ def resumed_environment(previous: Mapping[str, Any] | None, now: Mapping[str, An
     return base | {"resumes": [*base.get("resumes", []), entry]}
 
 
-def record_environment(run_dir: Path, environment: Mapping[str, Any], resumed_at: Mapping[str, int] | None = None) -> None:
+def record_environment(
+    run_dir: Path, environment: Mapping[str, Any], resumed_at: Mapping[str, int] | None = None
+) -> None:
     """Write `run_dir/environment.json`: `environment` for a new run; for a resume (`resumed_at`: phase, round) the
     start's record kept and the resume appended (`resumed_environment`)."""
     path = run_dir / "environment.json"
-    write_json(path, environment if resumed_at is None else resumed_environment(read_json(path), environment, resumed_at))
+    write_json(
+        path, environment if resumed_at is None else resumed_environment(read_json(path), environment, resumed_at)
+    )

@@ -112,7 +112,9 @@ def write_config(run_dir: Path, config_yaml: str, resumed: bool) -> None:
         with open(path, "x") as f:
             f.write(config_yaml)
     except FileExistsError:
-        raise RunFolderError(f"run_dir {run_dir} was taken by another run while this one started; choose another run_dir") from None
+        raise RunFolderError(
+            f"run_dir {run_dir} was taken by another run while this one started; choose another run_dir"
+        ) from None
 
 
 # ---- resume: same experiment? ---------------------------------------------------------------------------------
@@ -144,7 +146,9 @@ def _allowed(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in ALLOWED_CHANGES)
 
 
-def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> ConfigDiff:
+def compare_configs(
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> ConfigDiff:
     """Classify every differing dotted key (present in one config only counts as differing), except a key the old
     config lacks because the option did not exist when that run started: it is unchanged when its new value is the
     option's default (`defaults`, flattened) or null."""
@@ -167,7 +171,9 @@ def compare_configs(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Ma
     return ConfigDiff(blocking, allowed)
 
 
-def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str, defaults: Callable[[], Mapping[str, Any]] | None = None) -> ConfigDiff:
+def check_resume_config(
+    old_yaml: str, new_yaml: str, where: Path | str, defaults: Callable[[], Mapping[str, Any]] | None = None
+) -> ConfigDiff:
     """Stop (RunFolderError naming the keys) if resuming with `new_yaml` would change the experiment of `old_yaml`;
     otherwise log which allowed keys changed. Either config empty (a run made through the API) = nothing to compare.
     `defaults()` gives every option's default as dotted keys (`flsuite.cli.option_defaults`), asked only when the old
@@ -187,7 +193,11 @@ def check_resume_config(old_yaml: str, new_yaml: str, where: Path | str, default
             "Resume with the run's own config (its config.yaml), or start a new run without --resume"
         )
     if diff.allowed:
-        log.warning("--resume %s: continuing with changed settings that do not change the experiment: %s", where, ", ".join(diff.allowed))
+        log.warning(
+            "--resume %s: continuing with changed settings that do not change the experiment: %s",
+            where,
+            ", ".join(diff.allowed),
+        )
     return diff
 
 

@@ -137,7 +137,9 @@ class ThreadPolicy:
             cores = cores or available_cores()
             parallel = _env_count(PARALLEL_ENV) or 1
             intra = max(1, min((cores - spare) // parallel, int(flops_per_step // FLOPS_PER_THREAD)))
-            source = f"auto ({flops_per_step / 1e9:.3g} GFLOP per step, {cores} cores, {spare} spare, {parallel} parallel)"
+            source = (
+                f"auto ({flops_per_step / 1e9:.3g} GFLOP per step, {cores} cores, {spare} spare, {parallel} parallel)"
+            )
             if (cap := _env_count("OMP_NUM_THREADS")) is not None and cap < intra:
                 intra, source = cap, source + f", capped by OMP_NUM_THREADS={cap}"
         inter = 1 if self.inter_op == "auto" else self.inter_op
@@ -154,11 +156,24 @@ class ThreadPolicy:
             try:
                 torch.set_num_interop_threads(decision["inter_op"])
             except RuntimeError:  # torch allows it only before its first inter-op work (e.g. a second run in-process)
-                log.info("torch inter-op threads stay %d (requested %d: already in use)", torch.get_num_interop_threads(), decision["inter_op"])
-        effective = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(), "source": decision["source"]}
+                log.info(
+                    "torch inter-op threads stay %d (requested %d: already in use)",
+                    torch.get_num_interop_threads(),
+                    decision["inter_op"],
+                )
+        effective = {
+            "intra_op": torch.get_num_threads(),
+            "inter_op": torch.get_num_interop_threads(),
+            "source": decision["source"],
+        }
         _APPLIED.clear()
         _APPLIED.update(effective)
-        log.info("torch threads: %d intra-op, %d inter-op (%s)", effective["intra_op"], effective["inter_op"], effective["source"])
+        log.info(
+            "torch threads: %d intra-op, %d inter-op (%s)",
+            effective["intra_op"],
+            effective["inter_op"],
+            effective["source"],
+        )
         return effective
 
     def describe(self) -> dict[str, Any]:

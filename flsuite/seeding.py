@@ -22,7 +22,12 @@ NONE = -1
 
 def derive_seed(seed: int, round: int = NONE, client: int = NONE, purpose: str = "") -> int:
     """A 63-bit seed for one (seed, round, client, purpose) stream, via numpy's SeedSequence hashing."""
-    key = [int(seed) & 0xFFFFFFFF, (int(round) + 1) & 0xFFFFFFFF, (int(client) + 1) & 0xFFFFFFFF, zlib.crc32(purpose.encode())]
+    key = [
+        int(seed) & 0xFFFFFFFF,
+        (int(round) + 1) & 0xFFFFFFFF,
+        (int(client) + 1) & 0xFFFFFFFF,
+        zlib.crc32(purpose.encode()),
+    ]
     state = np.random.SeedSequence(key).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
 
@@ -56,7 +61,11 @@ class Seeds:
 
     def label(self, seed: int) -> str:
         """The run folder's seed part: `seed<seed>`, plus `-data<d>` / `-train<t>` for each seed that overrides it."""
-        return f"seed{seed}" + (f"-data{self.data}" if self.data != seed else "") + (f"-train{self.train}" if self.train != seed else "")
+        return (
+            f"seed{seed}"
+            + (f"-data{self.data}" if self.data != seed else "")
+            + (f"-train{self.train}" if self.train != seed else "")
+        )
 
     def as_record(self) -> dict[str, int]:
         return {"data_seed": self.data, "train_seed": self.train}

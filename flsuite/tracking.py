@@ -125,7 +125,9 @@ def wandb_scalars(record: Mapping[str, Any]) -> dict[str, float | int]:
     return out
 
 
-def wandb_history(history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> list[dict[str, float | int]]:
+def wandb_history(
+    history: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]
+) -> list[dict[str, float | int]]:
     """What `Tracker.log_round` sends W&B for these records, one dict per record (a run folder replayed, e.g. to list
     the keys a run logs without W&B)."""
     traffic = RoundTraffic()
@@ -139,7 +141,14 @@ class Tracker:
     failed (exit code 1), or interrupted (255) after Ctrl-C.
     """
 
-    def __init__(self, run_dir: Path, wandb_cfg: WandbConfig, group: str, config: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        wandb_cfg: WandbConfig,
+        group: str,
+        config: Mapping[str, Any],
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wandb_run = None
@@ -226,7 +235,9 @@ class Tracker:
         for record in history:
             self.traffic.add(record)
 
-    def finish(self, summary: Mapping[str, Any], table: str, history: Sequence[Mapping[str, Any]], domains: Sequence[str]) -> None:
+    def finish(
+        self, summary: Mapping[str, Any], table: str, history: Sequence[Mapping[str, Any]], domains: Sequence[str]
+    ) -> None:
         write_json(self.run_dir / "summary.json", summary)
         (self.run_dir / "results.md").write_text(table + "\n")
         png = self.run_dir / "convergence.png"
@@ -239,7 +250,10 @@ class Tracker:
                 prefix = summary_prefix(summary)  # last{k}/, k = last_k
             except KeyError:  # no evaluated round
                 prefix = LAST_PREFIX
-            rows = [[d, summary.get(f"{prefix}{ACC_PREFIX}{d}"), summary.get(f"{LAST_PREFIX}{ACC_PREFIX}{d}")] for d in domains]
+            rows = [
+                [d, summary.get(f"{prefix}{ACC_PREFIX}{d}"), summary.get(f"{LAST_PREFIX}{ACC_PREFIX}{d}")]
+                for d in domains
+            ]
             columns: list[str | int] = ["domain", f"{prefix.rstrip('/')}_avg", "last"]
             final: dict[str, Any] = {"final_per_domain": wandb.Table(columns=columns, data=rows)}
             if png.is_file():

@@ -17,7 +17,9 @@ from flsuite.compare.runs import find_runs
 def parser() -> argparse.ArgumentParser:
     from flsuite import compare as package  # its docstring is the help text
 
-    ap = argparse.ArgumentParser(prog="flsuite compare", description=package.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="flsuite compare", description=package.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("runs", nargs="+", help="run folders, globs (quote them) or study folders")
     ap.add_argument("--out", type=Path, help="write compare.md, compare.html and convergence.png into this folder")
     ap.add_argument("--target", type=float, help="report the first round whose acc_mean reaches this accuracy (%%)")
@@ -29,14 +31,20 @@ def parser() -> argparse.ArgumentParser:
         help="group by parent folder ('folder') or by these config keys (e.g. a sweep's swept option) instead of "
         "by experiment (equal configs but for the seed and where/how a run executed)",
     )
-    ap.add_argument("--reference", metavar="LABEL", help="the group every paired difference is taken against (default: the first row)")
+    ap.add_argument(
+        "--reference",
+        metavar="LABEL",
+        help="the group every paired difference is taken against (default: the first row)",
+    )
     ap.add_argument(
         "--wandb-report",
         action="store_true",
         help='publish the comparison as a W&B report over the same runs (online), or write its spec wandb_report.json into --out (offline); needs pip install "flsuite[dashboard]"',
     )
     ap.add_argument("--project", help="with --wandb-report: the W&B project (default: the runs' wandb.project)")
-    ap.add_argument("--entity", help="with --wandb-report: the W&B entity (default: the runs' wandb.entity, else yours)")
+    ap.add_argument(
+        "--entity", help="with --wandb-report: the W&B entity (default: the runs' wandb.entity, else yours)"
+    )
     return ap
 
 
@@ -64,5 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flsuite.dashboard.publish import REPORT_FILE, publish
 
         command = "flsuite compare " + shlex.join(sys.argv[2:] if argv is None else list(argv))
-        print(f"W&B report: {publish(comparison, args.title, command, args.out and args.out / REPORT_FILE, args.project, args.entity)}")
+        print(
+            f"W&B report: {publish(comparison, args.title, command, args.out and args.out / REPORT_FILE, args.project, args.entity)}"
+        )
     return 0

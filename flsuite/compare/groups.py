@@ -49,7 +49,9 @@ def method_label(config: Mapping[str, Any]) -> str | None:
     method = config.get("method")
     if not isinstance(method, Mapping) or "class_path" not in method:
         return None
-    stages = [_short(s["class_path"]) for s in config.get("setup") or [] if isinstance(s, Mapping) and "class_path" in s]
+    stages = [
+        _short(s["class_path"]) for s in config.get("setup") or [] if isinstance(s, Mapping) and "class_path" in s
+    ]
     return "+".join([_short(method["class_path"]), *stages])
 
 

@@ -14,7 +14,15 @@ import numpy as np
 
 from flsuite.compare.groups import check_one_experiment
 from flsuite.compare.runs import load_run
-from flsuite.compare.stats import GroupStats, PairedDifference, group_stats, human_bytes, mean_pm, pair_key, paired_difference
+from flsuite.compare.stats import (
+    GroupStats,
+    PairedDifference,
+    group_stats,
+    human_bytes,
+    mean_pm,
+    pair_key,
+    paired_difference,
+)
 from flsuite.provenance import code_mix
 from flsuite.records import ACC_MEAN, ROUND, evaluated
 
@@ -46,7 +54,16 @@ class Comparison:
         header = ["method", *self.domains, "AVG", "STD", "STD (n-1)", "seeds"]
         rows = []
         for g in self.groups:
-            rows.append([g.label, *[mean_pm(g.acc.get(d, [])) for d in self.domains], mean_pm(g.avg), mean_pm(g.std), mean_pm(g.std_sample), g.seeds()])
+            rows.append(
+                [
+                    g.label,
+                    *[mean_pm(g.acc.get(d, [])) for d in self.domains],
+                    mean_pm(g.avg),
+                    mean_pm(g.std),
+                    mean_pm(g.std_sample),
+                    g.seeds(),
+                ]
+            )
         return header, rows
 
     @property
@@ -81,7 +98,16 @@ class Comparison:
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
         targets = {g.target for g in self.groups if g.target is not None}
         target = f"rounds to {targets.pop():g}%" if len(targets) == 1 else "rounds to target"
-        header = ["method", "last-k", target, "bytes up / round", "bytes down / round", "bytes up / run", "bytes down / run", "s / round"]
+        header = [
+            "method",
+            "last-k",
+            target,
+            "bytes up / round",
+            "bytes down / round",
+            "bytes up / run",
+            "bytes down / run",
+            "s / round",
+        ]
         rows = []
         for g in self.groups:
             averaged = min(g.rounds_averaged)
@@ -158,7 +184,11 @@ class Comparison:
             f"<p><strong>{html.escape(self.remark())}</strong></p>" if self.remark() else "",
             f"<p><strong>{html.escape(self.code_warning())}</strong></p>" if self.code_warning() else "",
             _html_table(*self.accuracy_rows()),
-            *([f"<p>{html.escape(self.paired_note())}</p>", _html_table(*self.paired_rows())] if len(self.groups) > 1 else []),
+            *(
+                [f"<p>{html.escape(self.paired_note())}</p>", _html_table(*self.paired_rows())]
+                if len(self.groups) > 1
+                else []
+            ),
             _html_table(*self.cost_rows()),
         ]
         if png:
@@ -224,7 +254,11 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def compare(
-    groups: Mapping[str, Sequence[Path]], target: float | None = None, skipped: Sequence[Path] = (), across_configs: bool = False, reference: str | None = None
+    groups: Mapping[str, Sequence[Path]],
+    target: float | None = None,
+    skipped: Sequence[Path] = (),
+    across_configs: bool = False,
+    reference: str | None = None,
 ) -> Comparison:
     """Compare labelled groups of run folders (label -> run folders); groups with no finished run are left out.
     Each group must be seeds of one experiment (`check_one_experiment`) unless `across_configs` (`--by KEY`).
@@ -239,7 +273,9 @@ def compare(
     if not stats:
         raise FileNotFoundError("no finished runs to compare")
     if reference is not None and reference not in [g.label for g in stats]:
-        raise ValueError(f"--reference {reference!r} is not a group of this comparison (groups: {', '.join(g.label for g in stats)})")
+        raise ValueError(
+            f"--reference {reference!r} is not a group of this comparison (groups: {', '.join(g.label for g in stats)})"
+        )
     return Comparison(stats, list(skipped), reference)
 
 

@@ -66,7 +66,15 @@ def load_run(path: Path) -> Run:
     setup = json.loads(setup_file.read_text()) if setup_file.is_file() else {}
     env_file = path / "environment.json"
     environment = json.loads(env_file.read_text()) if env_file.is_file() else {}
-    return Run(path, summary, _jsonl(path / "metrics.jsonl"), _jsonl(path / "timings.jsonl"), read_config(path), setup, environment)
+    return Run(
+        path,
+        summary,
+        _jsonl(path / "metrics.jsonl"),
+        _jsonl(path / "timings.jsonl"),
+        read_config(path),
+        setup,
+        environment,
+    )
 
 
 def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
@@ -83,7 +91,12 @@ def find_runs(patterns: Sequence[str | os.PathLike]) -> tuple[list[Path], list[P
             elif (match / "metrics.jsonl").is_file():
                 skipped.add(match)
             elif match.is_dir():  # every run below it, but those under a hidden folder (a driver's `.replaced/`)
-                below = [p.parent for name in ("summary.json", "metrics.jsonl") for p in match.rglob(name) if not _hidden(p.relative_to(match))]
+                below = [
+                    p.parent
+                    for name in ("summary.json", "metrics.jsonl")
+                    for p in match.rglob(name)
+                    if not _hidden(p.relative_to(match))
+                ]
                 found |= {p for p in below if (p / "summary.json").is_file()}
                 skipped |= {p for p in below if not (p / "summary.json").is_file()}
     if not found:

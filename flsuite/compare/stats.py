@@ -70,19 +70,28 @@ def domain_std(summary: Mapping[str, Any]) -> tuple[float, float | None]:
 
 def round_prefixes(record: Mapping[str, Any]) -> list[str]:
     """The metric prefixes under which `record` holds a round of a `Rounds` phase ("" for plain rounds)."""
-    return [k.removesuffix(CLIENTS) for k in record if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record]
+    return [
+        k.removesuffix(CLIENTS)
+        for k in record
+        if (k == CLIENTS or k.endswith(f"/{CLIENTS}")) and f"{k.removesuffix(CLIENTS)}{BYTES_UP}" in record
+    ]
 
 
 def round_traffic(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
     """(bytes up, bytes down) of every round of every `Rounds` phase, in record order."""
-    return [(float(r[f"{p}{BYTES_UP}"]), float(r.get(f"{p}{BYTES_DOWN}", 0))) for r in history for p in round_prefixes(r)]
+    return [
+        (float(r[f"{p}{BYTES_UP}"]), float(r.get(f"{p}{BYTES_DOWN}", 0))) for r in history for p in round_prefixes(r)
+    ]
 
 
 def run_traffic(run: Run) -> tuple[float, float]:
     """Everything the run communicated: its rounds, its client queries and its setup stages' exchanges."""
     rounds = round_traffic(run.history)
     one_shot = query_totals(run.summary, run.setup)
-    return (float(sum(u for u, _ in rounds) + one_shot[BYTES_UP]), float(sum(d for _, d in rounds) + one_shot[BYTES_DOWN]))
+    return (
+        float(sum(u for u, _ in rounds) + one_shot[BYTES_UP]),
+        float(sum(d for _, d in rounds) + one_shot[BYTES_DOWN]),
+    )
 
 
 def run_rounds(run: Run) -> int | None:
@@ -104,7 +113,9 @@ def first_round_reaching(history: Sequence[Mapping[str, Any]], target: float) ->
 def group_stats(label: str, runs: Sequence[Run], target: float | None = None) -> GroupStats:
     prefixes = {r.prefix for r in runs}
     if len(prefixes) > 1:
-        raise ValueError(f"group {label!r} mixes runs with different last_k ({', '.join(sorted(prefixes))}): compare like with like")
+        raise ValueError(
+            f"group {label!r} mixes runs with different last_k ({', '.join(sorted(prefixes))}): compare like with like"
+        )
     prefix = prefixes.pop()
     k = last_k_of(prefix)
     g = GroupStats(label, list(runs), k, [int(r.summary.get(f"{prefix}{LAST_K_ROUNDS}", k)) for r in runs])
@@ -176,7 +187,12 @@ class PairedDifference:
         if self.interval is None:
             return [mean, "—", "—", "not resolved (1 pair)"]
         low, high = self.interval
-        return [mean, f"{self.se:.{digits}f}", f"[{low:+.{digits}f}, {high:+.{digits}f}]", "resolved" if self.resolved else "not resolved"]
+        return [
+            mean,
+            f"{self.se:.{digits}f}",
+            f"[{low:+.{digits}f}, {high:+.{digits}f}]",
+            "resolved" if self.resolved else "not resolved",
+        ]
 
 
 def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float]) -> PairedDifference:
@@ -190,7 +206,9 @@ def pair_key(config: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:
     `*_seed` key (None: the config records no seed, the run pairs with nothing)."""
     seeds = config_seeds(config)
     own = (("data_seed", seeds.data), ("train_seed", seeds.train)) if seeds is not None else ()
-    key = own + tuple((k, config[k]) for k in sorted(config) if k.endswith("_seed") and k not in ("data_seed", "train_seed"))
+    key = own + tuple(
+        (k, config[k]) for k in sorted(config) if k.endswith("_seed") and k not in ("data_seed", "train_seed")
+    )
     return key or None
 
 

@@ -15,7 +15,9 @@ from flsuite.dashboard.plan import RunFilter, SweepFile, View, project_view, swe
 def parser() -> argparse.ArgumentParser:
     from flsuite import dashboard as package  # its docstring is the help text
 
-    ap = argparse.ArgumentParser(prog="flsuite dashboard", description=package.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="flsuite dashboard", description=package.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--project", help="W&B project (default: the sweep file's, with --sweep)")
     ap.add_argument("--entity", help="W&B entity (default: your default entity; none in a dry run)")
     runs = ap.add_mutually_exclusive_group()
@@ -23,10 +25,17 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--tag", help="only the runs with this tag (e.g. a method or a dataset)")
     runs.add_argument("--sweep-id", help="only the runs of this W&B sweep")
     ap.add_argument("--sweep", type=Path, help="build the view of this sweep file (sweeps/*.yaml) instead")
-    ap.add_argument("--runs", nargs="+", type=Path, help="read the logged keys from these run folders (or folders of runs) instead of W&B")
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        type=Path,
+        help="read the logged keys from these run folders (or folders of runs) instead of W&B",
+    )
     ap.add_argument("--last-k", type=int, default=5, help="the last-k prefix when no run says it (5)")
     ap.add_argument("--name", help="the view's name")
-    ap.add_argument("--dry-run", type=Path, metavar="OUT.json", help="write the view's spec here (no network) instead of saving it")
+    ap.add_argument(
+        "--dry-run", type=Path, metavar="OUT.json", help="write the view's spec here (no network) instead of saving it"
+    )
     return ap
 
 

@@ -134,7 +134,11 @@ def headline_panels(prefix: str, domains: Sequence[str]) -> list[Panel]:
         Bars(f"AVG ({prefix}{ACC_MEAN})", (prefix + ACC_MEAN,)),
         Bars(f"STD across domains ({prefix}{ACC_STD}, {ACC_STD_SAMPLE})", (prefix + ACC_STD, prefix + ACC_STD_SAMPLE)),
         Scalar(f"AVG over the shown runs ({prefix}{ACC_MEAN})", prefix + ACC_MEAN),
-        *([Bars(f"per domain ({prefix}{ACC_PREFIX}*)", tuple(prefix + ACC_PREFIX + d for d in domains))] if domains else []),
+        *(
+            [Bars(f"per domain ({prefix}{ACC_PREFIX}*)", tuple(prefix + ACC_PREFIX + d for d in domains))]
+            if domains
+            else []
+        ),
     ]
 
 
@@ -153,7 +157,9 @@ def convergence_panels(domains: Sequence[str] | None) -> list[Panel]:
     ]
 
 
-def project_view(keys: RunKeys | None, runs: RunFilter = RunFilter(), name: str = "flsuite: methods compared", last_k: int = 5) -> View:
+def project_view(
+    keys: RunKeys | None, runs: RunFilter = RunFilter(), name: str = "flsuite: methods compared", last_k: int = 5
+) -> View:
     """The method comparison of a project (or of one group or tag): headline numbers, convergence, communication,
     time per round and each method's own diagnostics, where the runs logged them."""
     domains = keys.domains if keys is not None else None
@@ -164,15 +170,33 @@ def project_view(keys: RunKeys | None, runs: RunFilter = RunFilter(), name: str 
         *_section("Convergence", convergence_panels(domains), keys),
         *_section(
             "Communication",
-            [Curves("bytes per round", (BYTES_UP, BYTES_DOWN)), Curves("bytes so far (cumulative)", (TOTAL_BYTES_UP, TOTAL_BYTES_DOWN))],
+            [
+                Curves("bytes per round", (BYTES_UP, BYTES_DOWN)),
+                Curves("bytes so far (cumulative)", (TOTAL_BYTES_UP, TOTAL_BYTES_DOWN)),
+            ],
             keys,
         ),
-        *_section("Time per round", [Curves("seconds per round", (ROUND_SECONDS,)), Curves("clients and evaluation", (CLIENTS_SECONDS, EVAL_SECONDS))], keys),
-        *_section("FedEGG", [Curves("update ratio", (FEDEGG_UPDATE_RATIO,)), Curves("guided rounds (gate open = 1)", (FEDEGG_GATE,))], keys),
+        *_section(
+            "Time per round",
+            [
+                Curves("seconds per round", (ROUND_SECONDS,)),
+                Curves("clients and evaluation", (CLIENTS_SECONDS, EVAL_SECONDS)),
+            ],
+            keys,
+        ),
+        *_section(
+            "FedEGG",
+            [Curves("update ratio", (FEDEGG_UPDATE_RATIO,)), Curves("guided rounds (gate open = 1)", (FEDEGG_GATE,))],
+            keys,
+        ),
         *_section("FedCiR", [Curves("loss shares", FEDCIR_LOSS_SHARES)], keys),
         *_section(
             "FKPL",
-            [Bars("stage bytes up", FKPL_STAGE_BYTES_UP), Bars("stage bytes down", FKPL_STAGE_BYTES_DOWN), Bars("stage seconds", FKPL_STAGE_SECONDS)],
+            [
+                Bars("stage bytes up", FKPL_STAGE_BYTES_UP),
+                Bars("stage bytes down", FKPL_STAGE_BYTES_DOWN),
+                Bars("stage seconds", FKPL_STAGE_SECONDS),
+            ],
             keys,
         ),
     ]
@@ -193,7 +217,14 @@ class SweepFile:
     @classmethod
     def read(cls, path: Path) -> SweepFile:
         spec = yaml.safe_load(Path(path).read_text())
-        return cls(Path(path), str(spec["name"]), spec.get("project"), str(spec["metric"]["name"]), tuple(spec["parameters"]), "early_terminate" in spec)
+        return cls(
+            Path(path),
+            str(spec["name"]),
+            spec.get("project"),
+            str(spec["metric"]["name"]),
+            tuple(spec["parameters"]),
+            "early_terminate" in spec,
+        )
 
     @property
     def per_round(self) -> bool:
@@ -204,10 +235,18 @@ class SweepFile:
 def sweep_view(sweep: SweepFile, runs: RunFilter | None = None) -> View:
     """A sweep's view: parallel coordinates of the swept keys ending in the metric, parameter importance and, for a
     per-round metric, its curve by run. Shows the runs of group `name` (what `flsuite sweep` sets) unless `runs`."""
-    panels: list[Panel] = [Parallel(f"{', '.join(sweep.parameters)} → {sweep.metric}", sweep.parameters, sweep.metric), Importance(sweep.metric)]
+    panels: list[Panel] = [
+        Parallel(f"{', '.join(sweep.parameters)} → {sweep.metric}", sweep.parameters, sweep.metric),
+        Importance(sweep.metric),
+    ]
     if sweep.per_round:
         panels.append(Curves(f"{sweep.metric} per {ROUND}", (sweep.metric,)))
-    return View(f"flsuite sweep: {sweep.name}", runs or RunFilter(group=sweep.name), (Section(f"Sweep {sweep.name}", tuple(panels)),), by_method=False)
+    return View(
+        f"flsuite sweep: {sweep.name}",
+        runs or RunFilter(group=sweep.name),
+        (Section(f"Sweep {sweep.name}", tuple(panels)),),
+        by_method=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -224,5 +263,8 @@ class StudyReport:
 
 def study_report(title: str, markdown: str, command: str, groups: Sequence[str], prefix: str) -> StudyReport:
     """The report of a comparison: the runs of the W&B groups `groups` (the runs' `name`), grouped by method."""
-    panels = (Curves(f"{ACC_MEAN} by method (mean ± std over seeds)", (ACC_MEAN,)), Bars(f"AVG ({prefix}{ACC_MEAN})", (prefix + ACC_MEAN,)))
+    panels = (
+        Curves(f"{ACC_MEAN} by method (mean ± std over seeds)", (ACC_MEAN,)),
+        Bars(f"AVG ({prefix}{ACC_MEAN})", (prefix + ACC_MEAN,)),
+    )
     return StudyReport(title, markdown, command, tuple(groups), panels)

@@ -28,7 +28,14 @@ def wandb_project(comparison: Comparison) -> tuple[str, str | None]:
     return str(configs[0].get("project") or default.project), configs[0].get("entity") or default.entity
 
 
-def publish(comparison: Comparison, title: str, command: str, spec_file: Path | None, project: str | None = None, entity: str | None = None) -> str:
+def publish(
+    comparison: Comparison,
+    title: str,
+    command: str,
+    spec_file: Path | None,
+    project: str | None = None,
+    entity: str | None = None,
+) -> str:
     """Save the comparison's report (returns its URL), or, offline, write its spec to `spec_file` (returns the path)."""
     spec.require_library()
     study = comparison_report(comparison, title, command)
@@ -36,7 +43,9 @@ def publish(comparison: Comparison, title: str, command: str, spec_file: Path | 
     project, entity = project or run_project, entity or run_entity
     if _resolve_wandb_mode("auto") == "offline":
         if spec_file is None:
-            raise ValueError(f"W&B is offline, so the report is written as a spec next to compare.md: give --out (it writes {REPORT_FILE})")
+            raise ValueError(
+                f"W&B is offline, so the report is written as a spec next to compare.md: give --out (it writes {REPORT_FILE})"
+            )
         return str(spec.write_spec(spec.report(study, entity or "", project), spec_file))
     if entity is None:
         import wandb

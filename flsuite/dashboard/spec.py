@@ -65,15 +65,31 @@ def panel(p: Panel, by_method: bool = True) -> wr.interface.PanelTypes:
     spread: Literal["stddev"] | None = "stddev" if by_method else None
     if isinstance(p, Curves):
         return wr.LinePlot(
-            title=p.title, x=ROUND, y=list(p.keys), metric_regex=p.regex, title_x=ROUND, groupby=groupby, groupby_aggfunc=agg, groupby_rangefunc=spread
+            title=p.title,
+            x=ROUND,
+            y=list(p.keys),
+            metric_regex=p.regex,
+            title_x=ROUND,
+            groupby=groupby,
+            groupby_aggfunc=agg,
+            groupby_rangefunc=spread,
         )
     if isinstance(p, Bars):
-        return wr.BarPlot(title=p.title, metrics=list(p.keys), orientation="v", groupby=groupby, groupby_aggfunc=agg, groupby_rangefunc=spread)
+        return wr.BarPlot(
+            title=p.title,
+            metrics=list(p.keys),
+            orientation="v",
+            groupby=groupby,
+            groupby_aggfunc=agg,
+            groupby_rangefunc=spread,
+        )
     if isinstance(p, Scalar):
         return wr.ScalarChart(title=p.title, metric=p.key, groupby_aggfunc="mean", groupby_rangefunc="stddev")
     if isinstance(p, Parallel):
         columns = [wr.ParallelCoordinatesPlotColumn(metric=wr.Config(k)) for k in p.config_keys]
-        return wr.ParallelCoordinatesPlot(title=p.title, columns=[*columns, wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(p.metric))])
+        return wr.ParallelCoordinatesPlot(
+            title=p.title, columns=[*columns, wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(p.metric))]
+        )
     if isinstance(p, Importance):
         return wr.ParameterImportancePlot(with_respect_to=p.metric)
     raise TypeError(f"not a dashboard panel: {p!r}")
@@ -84,9 +100,21 @@ def workspace(view: View, entity: str, project: str) -> ws.Workspace:
     import wandb_workspaces.expr as expr
     import wandb_workspaces.workspaces as ws
 
-    sections = [ws.Section(name=s.name, panels=[panel(p, view.by_method) for p in s.panels], is_open=True) for s in view.sections]
-    runset = ws.RunsetSettings(filters=_run_filters(view.runs), groupby=[expr.Metric(JOB_TYPE)] if view.by_method else [])
-    return ws.Workspace(entity=entity, project=project, name=view.name, sections=sections, settings=ws.WorkspaceSettings(x_axis=ROUND), runset_settings=runset)
+    sections = [
+        ws.Section(name=s.name, panels=[panel(p, view.by_method) for p in s.panels], is_open=True)
+        for s in view.sections
+    ]
+    runset = ws.RunsetSettings(
+        filters=_run_filters(view.runs), groupby=[expr.Metric(JOB_TYPE)] if view.by_method else []
+    )
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=view.name,
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=ROUND),
+        runset_settings=runset,
+    )
 
 
 def report(study: StudyReport, entity: str, project: str) -> wr.Report:

@@ -95,7 +95,13 @@ class FederatedData:
         return {
             "classes": list(self.classes),
             "clients": [
-                {"client": c.client_id, "domain": c.domain, "num_samples": len(c.train), "per_class": counts[i].tolist()} for i, c in enumerate(self.clients)
+                {
+                    "client": c.client_id,
+                    "domain": c.domain,
+                    "num_samples": len(c.train),
+                    "per_class": counts[i].tolist(),
+                }
+                for i, c in enumerate(self.clients)
             ],
             "test": {d: len(s) for d, s in self.test.items()},
             **({"validation": {d: len(s) for d, s in self.validation.items()}} if self.validation else {}),

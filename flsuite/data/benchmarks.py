@@ -133,7 +133,11 @@ class Benchmark(DataSource):
         self.encoder, self.cache_dir, self.image_size, self.channels = encoder, cache_dir, image_size, channels
         self.test_fraction, self.max_test_per_domain, self.download = test_fraction, max_test_per_domain, download
         self.max_train_per_domain = max_train_per_domain
-        self.usps_mat, self.syn_samples, self.batch_size = usps_mat, cast(tuple[int, int], tuple(syn_samples)), batch_size
+        self.usps_mat, self.syn_samples, self.batch_size = (
+            usps_mat,
+            cast(tuple[int, int], tuple(syn_samples)),
+            batch_size,
+        )
         self.skip_unreadable = skip_unreadable
         self._indexed: dict[str, dict] | None = None  # pools of a cache-index hit (`use_index`)
         self._encoder_factory: Callable[[], FrozenEncoder] | None = None
@@ -166,18 +170,26 @@ class Benchmark(DataSource):
     def load_domains(self, seed: int) -> dict[str, DomainData]:
         """Every domain's pools and its train/test rows: a seeded disjoint split where there is no official test set."""
         usps_mat = data_path(self.usps_mat) if self.usps_mat is not None else None
-        ctx = LoadContext(data_path(self.root), self.download, seed, self.image_size, usps_mat, self.syn_samples, self.skip_unreadable)
+        ctx = LoadContext(
+            data_path(self.root), self.download, seed, self.image_size, usps_mat, self.syn_samples, self.skip_unreadable
+        )
         out: dict[str, DomainData] = {}
         for domain in self.domains:
             train, test = self._indexed_domain(domain) if self._indexed is not None else SUITES[self.suite][domain](ctx)
             if test is None:
-                train_rows, test_rows = train_test_split_indices(len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}"))
+                train_rows, test_rows = train_test_split_indices(
+                    len(train), self.test_fraction, numpy_rng(seed, purpose=f"split/{domain}")
+                )
                 data = DomainData(train, train_rows, train, test_rows, pools=("all", "all"))
             else:
                 data = DomainData(train, np.arange(len(train)), test, np.arange(len(test)), pools=("train", "test"))
-            data.train_rows = _capped(data.train_rows, self.max_train_per_domain, numpy_rng(seed, purpose=f"train_subset/{domain}"))
+            data.train_rows = _capped(
+                data.train_rows, self.max_train_per_domain, numpy_rng(seed, purpose=f"train_subset/{domain}")
+            )
             # The test cap draws from a fixed stream: with an official test set, every run seed is scored on the same subset.
-            data.test_rows = _capped(data.test_rows, self.max_test_per_domain, numpy_rng(0, purpose=f"test_subset/{domain}"))
+            data.test_rows = _capped(
+                data.test_rows, self.max_test_per_domain, numpy_rng(0, purpose=f"test_subset/{domain}")
+            )
             out[domain] = data
         first_domain, first = next(iter(out.items()))
         for domain, d in out.items():
@@ -200,7 +212,9 @@ class Benchmark(DataSource):
 
         key = {"suite": self.suite, "domain": domain, "pool": pool_name, "image_size": str(self.image_size)}
         cache_dir = cache_path(self.cache_dir) if self.cache_dir is not None else None
-        x = extract_features(self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=cache_dir, dataset_key=key)
+        x = extract_features(
+            self.encoder, pool.x, rows=rows, batch_size=self.batch_size, cache_dir=cache_dir, dataset_key=key
+        )
         if cache_dir is not None and cache_index.recording_active():
             cache_index.note_pool(self._pool_name(domain, pool_name), pool.y.tolist(), pool.classes)
         return Split(x, labels)
@@ -214,7 +228,9 @@ class Benchmark(DataSource):
         domains = self.load_domains(seed)
         first = next(iter(domains.values())).train_pool
         labels = {d: dd.train_pool.y.numpy()[dd.train_rows] for d, dd in domains.items()}
-        clients, dropped = drop_empty_clients(self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition")))
+        clients, dropped = drop_empty_clients(
+            self.partition.split(labels, len(first.classes), numpy_rng(seed, purpose="partition"))
+        )
         return BenchmarkLayout(domains, [(c.domain, domains[c.domain].train_rows[c.indices]) for c in clients], dropped)
 
     def client_split(self, layout: BenchmarkLayout, client: int) -> Split:
@@ -243,10 +259,22 @@ class Benchmark(DataSource):
         domains = layout.domains
         # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000), once per
         # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per client).
-        used = {d: np.unique(np.concatenate([rows for c, rows in layout.clients if c == d])) for d in dict.fromkeys(c for c, _ in layout.clients)}
+        used = {
+            d: np.unique(np.concatenate([rows for c, rows in layout.clients if c == d]))
+            for d in dict.fromkeys(c for c, _ in layout.clients)
+        }
         embedded = {d: self._split(domains[d].train_pool, rows, d, domains[d].pools[0]) for d, rows in used.items()}
-        client_data = [ClientData(i, d, embedded[d].subset(np.searchsorted(used[d], rows))) for i, (d, rows) in enumerate(layout.clients)]
+        client_data = [
+            ClientData(i, d, embedded[d].subset(np.searchsorted(used[d], rows)))
+            for i, (d, rows) in enumerate(layout.clients)
+        ]
         test = {d: self._split(dd.test_pool, dd.test_rows, d, dd.pools[1]) for d, dd in domains.items()}
         first = next(iter(domains.values())).train_pool
-        description = {"suite": self.suite, "dropped_empty_clients": layout.dropped, "partition": type(self.partition).__name__}
-        return FederatedData(client_data, test, num_classes=len(first.classes), classes=tuple(first.classes), description=description)
+        description = {
+            "suite": self.suite,
+            "dropped_empty_clients": layout.dropped,
+            "partition": type(self.partition).__name__,
+        }
+        return FederatedData(
+            client_data, test, num_classes=len(first.classes), classes=tuple(first.classes), description=description
+        )

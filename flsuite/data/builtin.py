@@ -85,7 +85,12 @@ class UCIDigitsDomains(DataSource):
                 parts = dirichlet_partition(train.y.numpy(), self.clients_per_domain, self.beta, rng)
             for part in parts:
                 clients.append(ClientData(len(clients), name, train.subset(part)))
-        return FederatedData(clients, test, num_classes=10, description={"source": "sklearn.datasets.load_digits", "shifts": self.domains})
+        return FederatedData(
+            clients,
+            test,
+            num_classes=10,
+            description={"source": "sklearn.datasets.load_digits", "shifts": self.domains},
+        )
 
 
 class GaussianFeatures(DataSource):
@@ -122,7 +127,11 @@ class GaussianFeatures(DataSource):
         if beta is not None and not beta > 0:
             raise DataError(f"beta must be > 0 or null, got {beta}")
         self.dim, self.num_classes, self.num_domains = dim, num_classes, num_domains
-        self.clients_per_domain, self.samples_per_client, self.test_per_domain = clients_per_domain, samples_per_client, test_per_domain
+        self.clients_per_domain, self.samples_per_client, self.test_per_domain = (
+            clients_per_domain,
+            samples_per_client,
+            test_per_domain,
+        )
         self.class_separation, self.domain_shift, self.beta = class_separation, domain_shift, beta
 
     def build(self, seed: int) -> FederatedData:
@@ -141,6 +150,8 @@ class GaussianFeatures(DataSource):
             name = f"domain{d}"
             for _ in range(self.clients_per_domain):
                 p = uniform if self.beta is None else rng.dirichlet(np.full(self.num_classes, self.beta))
-                clients.append(ClientData(len(clients), name, draw(d, rng.choice(self.num_classes, self.samples_per_client, p=p))))
+                clients.append(
+                    ClientData(len(clients), name, draw(d, rng.choice(self.num_classes, self.samples_per_client, p=p)))
+                )
             test[name] = draw(d, rng.choice(self.num_classes, self.test_per_domain))
         return FederatedData(clients, test, num_classes=self.num_classes, description={"source": "synthetic gaussian"})

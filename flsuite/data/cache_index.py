@@ -159,7 +159,9 @@ def command_line_key(argv: Sequence[str], config_files: Sequence[Path]) -> str:
         text = path.read_bytes()
         contents.append({"path": str(path.resolve()), "blake2b": hashlib.blake2b(text).hexdigest()})
         contents.append(_named_files(yaml.safe_load(text), [Path.cwd(), path.resolve().parent]))
-    return _digest({"argv": list(argv), "places": _places(), "configs": contents, "files": _named_files(list(argv), [Path.cwd()])})
+    return _digest(
+        {"argv": list(argv), "places": _places(), "configs": contents, "files": _named_files(list(argv), [Path.cwd()])}
+    )
 
 
 def resolved_cache_dir(resolved: Mapping[str, Any]) -> Path | None:
@@ -192,7 +194,12 @@ def lookup_command_line(argv: Sequence[str], config_files: Sequence[Path]) -> In
     try:
         cache_dir = command_line_cache_dir(argv, config_files)
         return lookup(cache_dir, command_line_key(argv, config_files)) if cache_dir is not None else None
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):  # a missing or malformed file: the full command names it
+    except (
+        OSError,
+        ValueError,
+        AttributeError,
+        yaml.YAMLError,
+    ):  # a missing or malformed file: the full command names it
         return None
 
 
@@ -202,7 +209,9 @@ def lookup(cache_dir: Path, key: str) -> IndexEntry | None:
         entry = IndexEntry(**json.loads((cache_dir / "index" / f"{key}.json").read_text()))
         if entry.format != INDEX_FORMAT or entry.code != code_fingerprint():
             return None
-        if any(folder_state(Path(f["path"])) != f for f in entry.folders) or any(_file_state(Path(c["path"])) != c for c in entry.caches):
+        if any(folder_state(Path(f["path"])) != f for f in entry.folders) or any(
+            _file_state(Path(c["path"])) != c for c in entry.caches
+        ):
             return None
     except (OSError, ValueError, TypeError, KeyError):  # absent, unreadable or of another format: a miss
         return None
@@ -278,4 +287,9 @@ def note_pool(name: str, labels: Sequence[int], classes: Sequence[str]) -> None:
     used = _USED.get()
     if used is not None and used.caches:
         path = Path(used.caches[-1][0]).resolve()
-        used.pools[name] = {"cache": str(path), "size": len(labels), "labels": [int(v) for v in labels], "classes": list(classes)}
+        used.pools[name] = {
+            "cache": str(path),
+            "size": len(labels),
+            "labels": [int(v) for v in labels],
+            "classes": list(classes),
+        }

@@ -131,7 +131,10 @@ def _compute(encoder: FrozenEncoder, images: Tensor, batch_size: int, progress: 
 
 def _name(dataset_key: Mapping[str, str] | None, default: str) -> str:
     """What the log and the bar call a pool: its dataset, domain, pool and split, as far as the key says."""
-    return "/".join(str(v) for k, v in sorted((dataset_key or {}).items()) if k in ("dataset", "domain", "pool", "split")) or default
+    return (
+        "/".join(str(v) for k, v in sorted((dataset_key or {}).items()) if k in ("dataset", "domain", "pool", "split"))
+        or default
+    )
 
 
 def extract_features(
@@ -191,7 +194,12 @@ def extract_features(
         features, done = cached
     missing = index[~done[index]].unique()
     name = _name(dataset_key, path.name)
-    log.info("features %s: %s from cache, %s extracted", name, f"{len(index) - int((~done[index]).sum()):,}", f"{len(missing):,}")
+    log.info(
+        "features %s: %s from cache, %s extracted",
+        name,
+        f"{len(index) - int((~done[index]).sum()):,}",
+        f"{len(missing):,}",
+    )
     if len(missing) == 0:
         note_used(path, len(index))
         return features[index]

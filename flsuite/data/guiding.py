@@ -37,7 +37,9 @@ def fl_labels(guiding: FederatedData, fl_classes: Sequence[str]) -> torch.Tensor
         )
     unknown = sorted({fl for fl in chosen_for if fl not in fl_classes})
     if unknown:
-        raise DataError(f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}")
+        raise DataError(
+            f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}"
+        )
     return torch.tensor([list(fl_classes).index(fl) for fl in chosen_for])
 
 
@@ -78,7 +80,13 @@ class GuidingSet(DataSource):
         if not sources:
             raise DataError("GuidingSet needs at least one source")
         self.mapping, self.level, self.sources, self.pool = Path(mapping), level, dict(sources), pool
-        self.per_class, self.size, self.hh_size, self.max_per_class, self.seed = per_class, size, hh_size, max_per_class, seed
+        self.per_class, self.size, self.hh_size, self.max_per_class, self.seed = (
+            per_class,
+            size,
+            hh_size,
+            max_per_class,
+            seed,
+        )
 
     def _resolve(self, public: str, classes: Mapping[str, Sequence[str]]) -> tuple[str, str]:
         """(source, class name) of a public class id."""
@@ -88,9 +96,13 @@ class GuidingSet(DataSource):
         elif len(classes) == 1:
             source, cls = next(iter(classes)), public
         else:
-            raise DataError(f"guiding class {public!r}: with several sources, write '<source>/<class>' ({sorted(classes)})")
+            raise DataError(
+                f"guiding class {public!r}: with several sources, write '<source>/<class>' ({sorted(classes)})"
+            )
         if cls not in classes[source]:
-            raise DataError(f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes[source])[:12]}...)")
+            raise DataError(
+                f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes[source])[:12]}...)"
+            )
         return source, cls
 
     def classes_for(self, classes: Mapping[str, Sequence[str]]) -> list[str]:
@@ -102,7 +114,9 @@ class GuidingSet(DataSource):
 
         entries = list(classes) if self.pool is None else self.pool
         pool = [p for e in entries for p in (every(e) if e in classes else [e])]
-        return select_classes(load_mapping(self.mapping), self.level, pool, self.seed, self.per_class, self.size, self.hh_size)
+        return select_classes(
+            load_mapping(self.mapping), self.level, pool, self.seed, self.per_class, self.size, self.hh_size
+        )
 
     def build(self, seed: int) -> FederatedData:
         # Public data: built with this set's own seed, the same for every run seed. A `ClassFolder` source (ImageNet)
@@ -140,7 +154,13 @@ class GuidingSet(DataSource):
             "classes": chosen,
             "fl_classes": [chosen_for(mapping, p) for p in chosen],
         }
-        return FederatedData([ClientData(0, "guiding", train)], test_splits, num_classes=len(chosen), classes=tuple(chosen), description=description)
+        return FederatedData(
+            [ClientData(0, "guiding", train)],
+            test_splits,
+            num_classes=len(chosen),
+            classes=tuple(chosen),
+            description=description,
+        )
 
 
 class ClassFolder(DataSource):
@@ -155,8 +175,21 @@ class ClassFolder(DataSource):
         test_fraction: Held-out fraction per class (seeded).
     """
 
-    def __init__(self, root: Path, image_size: int = 32, channels: int = 3, max_per_class: int | None = 300, test_fraction: float = 0.1) -> None:
-        self.root, self.image_size, self.channels, self.max_per_class, self.test_fraction = Path(root), image_size, channels, max_per_class, test_fraction
+    def __init__(
+        self,
+        root: Path,
+        image_size: int = 32,
+        channels: int = 3,
+        max_per_class: int | None = 300,
+        test_fraction: float = 0.1,
+    ) -> None:
+        self.root, self.image_size, self.channels, self.max_per_class, self.test_fraction = (
+            Path(root),
+            image_size,
+            channels,
+            max_per_class,
+            test_fraction,
+        )
 
     def _root(self) -> Path:
         from flsuite.paths import data_path
@@ -193,5 +226,8 @@ class ClassFolder(DataSource):
             return Split(to_pixels(arrays, self.image_size, self.channels), arrays.y)
 
         return FederatedData(
-            [ClientData(0, root.name, split(train))], {root.name: split(test) if test else split(train)}, num_classes=len(names), classes=tuple(names)
+            [ClientData(0, root.name, split(train))],
+            {root.name: split(test) if test else split(train)},
+            num_classes=len(names),
+            classes=tuple(names),
         )

@@ -45,7 +45,9 @@ class ImageArrays:
 
     def __post_init__(self) -> None:
         if not isinstance(self.x, torch.Tensor) or not isinstance(self.y, torch.Tensor):
-            raise ValueError(f"ImageArrays: x and y must be torch.Tensor, got {type(self.x).__name__} and {type(self.y).__name__}")
+            raise ValueError(
+                f"ImageArrays: x and y must be torch.Tensor, got {type(self.x).__name__} and {type(self.y).__name__}"
+            )
         if self.x.dtype != torch.uint8:
             raise ValueError(f"ImageArrays: x must be uint8, got {self.x.dtype}")
         if self.x.ndim != 4 or self.x.shape[1] not in (1, 3):
@@ -53,7 +55,9 @@ class ImageArrays:
         if self.y.dtype != torch.int64:
             raise ValueError(f"ImageArrays: y must be int64, got {self.y.dtype}")
         if self.y.ndim != 1 or self.y.shape[0] != self.x.shape[0]:
-            raise ValueError(f"ImageArrays: y must have shape [N] with N = {self.x.shape[0]} (from x), got {tuple(self.y.shape)}")
+            raise ValueError(
+                f"ImageArrays: y must have shape [N] with N = {self.x.shape[0]} (from x), got {tuple(self.y.shape)}"
+            )
         classes = tuple(self.classes)
         if not classes or not all(isinstance(c, str) for c in classes):
             raise ValueError(f"ImageArrays: classes must be a non-empty sequence of str, got {self.classes!r}")
@@ -61,7 +65,9 @@ class ImageArrays:
         if self.y.numel() > 0:
             lo, hi = int(self.y.min()), int(self.y.max())
             if lo < 0 or hi >= len(classes):
-                raise ValueError(f"ImageArrays: labels must lie in [0, {len(classes)}) for {len(classes)} classes, got range [{lo}, {hi}]")
+                raise ValueError(
+                    f"ImageArrays: labels must lie in [0, {len(classes)}) for {len(classes)} classes, got range [{lo}, {hi}]"
+                )
 
     def __len__(self) -> int:
         return int(self.x.shape[0])

@@ -39,13 +39,23 @@ from flsuite.data.image_decode import (
     load_image,
 )
 
-__all__ = ["IMAGE_EXTENSIONS", "Entry", "ImageFileDataset", "load_image_folder_arrays", "normalise_name", "resolve_dir", "scan_image_folder"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "Entry",
+    "ImageFileDataset",
+    "load_image_folder_arrays",
+    "normalise_name",
+    "resolve_dir",
+    "scan_image_folder",
+]
 
 logger = logging.getLogger(__name__)
 
 Entry = tuple[Path, int]
 
-IMAGE_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"})
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(
+    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
+)
 
 
 def normalise_name(name: str) -> str:
@@ -71,7 +81,9 @@ def resolve_dir(parent: Path, canonical: str, aliases: Sequence[str], kind: str)
         return matches[0]
     found = [d.name for d in subdirs]
     if matches:
-        raise ValueError(f"{kind} {canonical!r}: several folders in {parent} match {names}: {[d.name for d in matches]}")
+        raise ValueError(
+            f"{kind} {canonical!r}: several folders in {parent} match {names}: {[d.name for d in matches]}"
+        )
     raise FileNotFoundError(
         f"{kind} folder for {canonical!r} not found in {parent} (tried {names}, also after normalising case/'_'/'-'/spaces); folders found: {found}"
     )

@@ -42,7 +42,9 @@ def dirichlet_partition(
     if num_clients > len(labels):
         raise DataError(f"cannot split {len(labels)} samples over {num_clients} clients (more clients than samples)")
     if min_size * num_clients > len(labels):
-        raise DataError(f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; there are {len(labels)}")
+        raise DataError(
+            f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; there are {len(labels)}"
+        )
     for _ in range(max_draws):
         parts = _dirichlet_draw(labels, num_clients, beta, rng, min_per_class)
         if min(len(p) for p in parts) >= min_size:
@@ -53,13 +55,17 @@ def dirichlet_partition(
     )
 
 
-def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator, min_per_class: int) -> list[np.ndarray]:
+def _dirichlet_draw(
+    labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator, min_per_class: int
+) -> list[np.ndarray]:
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for c in np.unique(labels):
         idx = rng.permutation(np.flatnonzero(labels == c))
         reserved = min_per_class * num_clients
         if reserved > len(idx):
-            raise DataError(f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients")
+            raise DataError(
+                f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients"
+            )
         for k in range(num_clients):
             parts[k].append(idx[k * min_per_class : (k + 1) * min_per_class])
         rest = idx[reserved:]
@@ -70,7 +76,9 @@ def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.r
     return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
 
 
-def train_test_split_indices(num_samples: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def train_test_split_indices(
+    num_samples: int, test_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """A seeded disjoint (train, test) index split, for datasets with no official test set."""
     if not 0 < test_fraction < 1:
         raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")

@@ -39,9 +39,17 @@ class IndexedPool:
                 payload = torch.load(self.cache, map_location="cpu", weights_only=True)
                 features, done = payload["features"], payload["done"]
             except Exception as err:  # noqa: BLE001 - any unreadable file: the build runs as without the index
-                raise StaleIndexError(f"the cache file {self.cache} of pool {self.name} is unreadable ({err})") from None
-            if not (isinstance(features, torch.Tensor) and features.dtype == torch.float32 and features.shape[0] == len(self)):
-                raise StaleIndexError(f"the cache file {self.cache} does not hold pool {self.name}'s {len(self)} float32 rows")
+                raise StaleIndexError(
+                    f"the cache file {self.cache} of pool {self.name} is unreadable ({err})"
+                ) from None
+            if not (
+                isinstance(features, torch.Tensor)
+                and features.dtype == torch.float32
+                and features.shape[0] == len(self)
+            ):
+                raise StaleIndexError(
+                    f"the cache file {self.cache} does not hold pool {self.name}'s {len(self)} float32 rows"
+                )
             if not bool(done[index].all()):
                 raise StaleIndexError(f"the cache file {self.cache} lacks rows of pool {self.name}")
             self._features = features

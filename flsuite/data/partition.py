@@ -59,7 +59,9 @@ class Partitioner(abc.ABC):
     """Decides which training samples of which domain each client holds."""
 
     @abc.abstractmethod
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         """Clients' shares, given each domain's training labels (domains in order); every draw comes from `rng`."""
 
 
@@ -91,12 +93,21 @@ class Dirichlet(Partitioner):
         _check_min_per_class(min_per_class)
         if min_size < 0:
             raise DataError(f"Dirichlet min_size must be >= 0, got {min_size}")
-        self.num_clients, self.beta, self.min_per_class, self.min_size = int(num_clients), float(beta), int(min_per_class), int(min_size)
+        self.num_clients, self.beta, self.min_per_class, self.min_size = (
+            int(num_clients),
+            float(beta),
+            int(min_per_class),
+            int(min_size),
+        )
 
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         domain = _single_domain(labels, "Dirichlet")
-        parts = _label_skew(domain, labels[domain], num_classes, self.num_clients, self.beta, self.min_per_class, rng, self.min_size)
+        parts = _label_skew(
+            domain, labels[domain], num_classes, self.num_clients, self.beta, self.min_per_class, rng, self.min_size
+        )
         return [ClientIndices(domain, part) for part in parts]
 
 
@@ -136,10 +147,18 @@ class DomainSkew(Partitioner):
         if client_fraction is not None:
             values = client_fraction.values() if isinstance(client_fraction, Mapping) else [client_fraction]
             if not values or not all(0 < float(f) <= 1 for f in values):
-                raise DataError(f"client_fraction must be in (0, 1] (one number or one per domain), got {client_fraction!r}")
+                raise DataError(
+                    f"client_fraction must be in (0, 1] (one number or one per domain), got {client_fraction!r}"
+                )
             if fraction != 1.0 or beta is not None:
-                raise DataError(f"client_fraction sets each client's share itself: it needs fraction 1 and beta null, got fraction {fraction!r}, beta {beta!r}")
-            client_fraction = {str(d): float(f) for d, f in client_fraction.items()} if isinstance(client_fraction, Mapping) else float(client_fraction)
+                raise DataError(
+                    f"client_fraction sets each client's share itself: it needs fraction 1 and beta null, got fraction {fraction!r}, beta {beta!r}"
+                )
+            client_fraction = (
+                {str(d): float(f) for d, f in client_fraction.items()}
+                if isinstance(client_fraction, Mapping)
+                else float(client_fraction)
+            )
         self.client_fraction = client_fraction
         if isinstance(clients_per_domain, Mapping):
             if not clients_per_domain:
@@ -154,7 +173,9 @@ class DomainSkew(Partitioner):
             _check_beta(beta)
         _check_min_per_class(min_per_class)
         if min_per_class and beta is None:
-            raise DataError(f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0")
+            raise DataError(
+                f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0"
+            )
         self.fraction, self.clients_per_domain = float(fraction), clients_per_domain
         self.beta, self.min_per_class = (None if beta is None else float(beta)), int(min_per_class)
 
@@ -165,7 +186,9 @@ class DomainSkew(Partitioner):
         missing = [d for d in domains if d not in self.clients_per_domain]
         extra = [d for d in self.clients_per_domain if d not in domains]
         if missing or extra:
-            raise DataError(f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}")
+            raise DataError(
+                f"clients_per_domain must name exactly the domains {domains}; missing {missing}, extra {extra}"
+            )
         return {d: self.clients_per_domain[d] for d in domains}
 
     def client_fractions(self, domains: list[str]) -> dict[str, float]:
@@ -175,10 +198,14 @@ class DomainSkew(Partitioner):
         missing = [d for d in domains if d not in self.client_fraction]
         extra = [d for d in self.client_fraction if d not in domains]
         if missing or extra:
-            raise DataError(f"client_fraction must name exactly the domains {domains}; missing {missing}, extra {extra}")
+            raise DataError(
+                f"client_fraction must name exactly the domains {domains}; missing {missing}, extra {extra}"
+            )
         return {d: self.client_fraction[d] for d in domains}
 
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         counts = self.clients_of(list(labels))
         shares = self.client_fractions(list(labels)) if self.client_fraction is not None else {}
@@ -241,5 +268,7 @@ class LabelDomainSkew(Partitioner):
             clients.append(ClientIndices(domain, np.concatenate(parts)))
         return clients, p
 
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         return self.split_with_coefficients(train_labels, num_classes, rng)[0]

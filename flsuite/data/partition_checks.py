@@ -38,7 +38,9 @@ def _labels(train_labels: Mapping[str, np.ndarray], num_classes: int) -> dict[st
         if y.ndim != 1:
             raise DataError(f"labels of domain {domain!r} must be 1-D, got shape {y.shape}")
         if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes):
-            raise DataError(f"labels of domain {domain!r} must be integers in [0, {num_classes}), got values {np.unique(y)[:10]}...")
+            raise DataError(
+                f"labels of domain {domain!r} must be integers in [0, {num_classes}), got values {np.unique(y)[:10]}..."
+            )
         out[domain] = y.astype(np.int64, copy=False)
     return out
 
@@ -46,16 +48,22 @@ def _labels(train_labels: Mapping[str, np.ndarray], num_classes: int) -> dict[st
 def _single_domain(train_labels: Mapping[str, np.ndarray], protocol: str) -> str:
     domains = list(train_labels)
     if len(domains) != 1:
-        raise DataError(f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; use DomainSkew for multi-domain data")
+        raise DataError(
+            f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; use DomainSkew for multi-domain data"
+        )
     return domains[0]
 
 
 def _check_enough_samples(domain: str, num_samples: int, num_clients: int) -> None:
     if num_clients > num_samples:
-        raise DataError(f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients (more clients than samples)")
+        raise DataError(
+            f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients (more clients than samples)"
+        )
 
 
-def _check_min_per_class_possible(domain: str, labels: np.ndarray, num_classes: int, num_clients: int, min_per_class: int) -> None:
+def _check_min_per_class_possible(
+    domain: str, labels: np.ndarray, num_classes: int, num_clients: int, min_per_class: int
+) -> None:
     if min_per_class == 0:
         return
     counts = np.bincount(labels, minlength=num_classes)

@@ -25,7 +25,9 @@ class IID(Partitioner):
         _check_num_clients(num_clients)
         self.num_clients = int(num_clients)
 
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         domain = _single_domain(labels, "IID")
         _check_enough_samples(domain, len(labels[domain]), self.num_clients)
@@ -39,7 +41,9 @@ class Centralised(Partitioner):
     DomainSkew(clients_per_domain=1) for one client per domain.
     """
 
-    def split(self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator) -> list[ClientIndices]:
+    def split(
+        self, train_labels: Mapping[str, np.ndarray], num_classes: int, rng: np.random.Generator
+    ) -> list[ClientIndices]:
         labels = _labels(train_labels, num_classes)
         domains = list(labels)
         if len(domains) != 1:

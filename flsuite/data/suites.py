@@ -36,14 +36,18 @@ def _both(load: Callable[[SplitName], ImageArrays]) -> tuple[ImageArrays, ImageA
     return load("train"), load("test")
 
 
-def _folder_suite(domains: Sequence[str], classes: Sequence[str] | None, domain_aliases=None, class_aliases=None) -> dict[str, Loader]:
+def _folder_suite(
+    domains: Sequence[str], classes: Sequence[str] | None, domain_aliases=None, class_aliases=None
+) -> dict[str, Loader]:
     def loader(domain: str) -> Loader:
         def load(ctx: LoadContext) -> tuple[ImageArrays, None]:
             names = list(classes) if classes is not None else _discover_classes(ctx.root, domain, domain_aliases)
             entries = imf.scan_image_folder(ctx.root, [domain], names, domain_aliases, class_aliases)[domain]
             if not entries:
                 raise DataError(f"domain {domain!r} under {ctx.root} holds no images")
-            return imf.load_image_folder_arrays(entries, ctx.image_size, classes=names, skip_unreadable=ctx.skip_unreadable), None
+            return imf.load_image_folder_arrays(
+                entries, ctx.image_size, classes=names, skip_unreadable=ctx.skip_unreadable
+            ), None
 
         return load
 
@@ -96,8 +100,15 @@ def _tiny_imagenet(ctx: LoadContext) -> tuple[ImageArrays, ImageArrays]:
     label = {w: i for i, w in enumerate(wnids)}
     train = [(p, label[w]) for w in wnids for p in sorted((base / "train" / w / "images").glob("*.JPEG"))]
     annotations = base / "val" / "val_annotations.txt"
-    val = [(base / "val" / "images" / line.split("\t")[0], label[line.split("\t")[1]]) for line in annotations.read_text().splitlines() if line]
-    return (imf.load_image_folder_arrays(train, ctx.image_size, classes=wnids), imf.load_image_folder_arrays(val, ctx.image_size, classes=wnids))
+    val = [
+        (base / "val" / "images" / line.split("\t")[0], label[line.split("\t")[1]])
+        for line in annotations.read_text().splitlines()
+        if line
+    ]
+    return (
+        imf.load_image_folder_arrays(train, ctx.image_size, classes=wnids),
+        imf.load_image_folder_arrays(val, ctx.image_size, classes=wnids),
+    )
 
 
 def _torchvision(name: TorchvisionName) -> Loader:
@@ -123,8 +134,15 @@ SUITES: dict[str, dict[str, Loader]] = {
         folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
         folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
     ),
-    "pacs": _folder_suite(folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES),
-    "office_home": _folder_suite(("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}),
+    "pacs": _folder_suite(
+        folder_names.PACS_DOMAINS,
+        folder_names.PACS_CLASSES,
+        folder_names.PACS_DOMAIN_ALIASES,
+        folder_names.PACS_CLASS_ALIASES,
+    ),
+    "office_home": _folder_suite(
+        ("art", "clipart", "product", "real_world"), None, {"real_world": ("Real World", "RealWorld", "real")}
+    ),
     "domainnet": _folder_suite(("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), None),
     "mnist": {"mnist": _torchvision("mnist")},
     "fashion_mnist": {"fashion_mnist": _torchvision("fashion_mnist")},

@@ -43,7 +43,9 @@ def _fc_list_fonts() -> list[Path]:
     if exe is None:
         return []
     try:
-        out = subprocess.run([exe, "--format=%{file}\\n"], capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            [exe, "--format=%{file}\\n"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         logger.debug("fc-list failed (%s); globbing font folders instead", e)
         return []

@@ -85,5 +85,7 @@ class ValidationSplit:
         order = [d for d in data.test if d in pooled] + [d for d in pooled if d not in data.test]
         validation = {d: Split(torch.cat([s.x for s in pooled[d]]), torch.cat([s.y for s in pooled[d]])) for d in order}
         if missing := [d for d in data.test if d not in validation]:
-            log.warning("validation.fraction=%s holds out no sample of domain(s) %s (clients too small)", self.fraction, missing)
+            log.warning(
+                "validation.fraction=%s holds out no sample of domain(s) %s (clients too small)", self.fraction, missing
+            )
         return replace(data, clients=clients, validation=validation)

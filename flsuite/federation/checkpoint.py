@@ -88,7 +88,9 @@ def _read(path: Path, mmap: bool = False) -> tuple[Path, dict[str, Any]]:
     except Exception as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
-        raise CheckpointError(f"{path} is not an flsuite checkpoint of format {' or '.join(map(str, READABLE_FORMATS))}")
+        raise CheckpointError(
+            f"{path} is not an flsuite checkpoint of format {' or '.join(map(str, READABLE_FORMATS))}"
+        )
     return path, payload
 
 
@@ -125,7 +127,10 @@ def load_checkpoint(path: Path) -> FederationState:
         query_weights={int(k): d for k, d in engine.get("query_weights", {}).items()},
         local_loop=LoopChoice(**loop) if loop is not None else None,
         nested=dict(engine.get("nested", {})),
-        answers={owner: {key: QueryAnswer(**a) for key, a in kept.items()} for owner, kept in engine.get("answers", {}).items()},
+        answers={
+            owner: {key: QueryAnswer(**a) for key, a in kept.items()}
+            for owner, kept in engine.get("answers", {}).items()
+        },
     )
 
 
@@ -147,7 +152,9 @@ def split_old_outputs(outputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str
         value = dict(value)
         if "current" in value:
             nested[name] = value.pop("current")
-        kept = {k: value.pop(k) for k in list(value) if isinstance(value[k], dict) and set(value[k]) == _OLD_ANSWER_KEYS}
+        kept = {
+            k: value.pop(k) for k in list(value) if isinstance(value[k], dict) and set(value[k]) == _OLD_ANSWER_KEYS
+        }
         if kept:
             answers[name] = kept
         if value:

@@ -58,7 +58,9 @@ class ClientStates(MutableMapping[int, State]):
         if client not in self._ids:
             raise KeyError(f"client {client} is not a client of this phase (it has {len(self._ids)})")
         if self.initial is None:
-            raise KeyError(f"client {client} has no state of its own yet (never sampled): its state is the method's init_client_state")
+            raise KeyError(
+                f"client {client} has no state of its own yet (never sampled): its state is the method's init_client_state"
+            )
         return self.initial(client)
 
     def __setitem__(self, client: int, state: State) -> None:

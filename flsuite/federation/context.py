@@ -79,7 +79,11 @@ class RunContext:
         self.executor.set_env(ClientEnvironment(self.data, model, HyperParameters(method), s.local, s.seed))
 
     def query(
-        self, query: ClientQuery, clients: Sequence[int] | None = None, broadcast: dict[str, Any] | None = None, weights: Weights | None = None
+        self,
+        query: ClientQuery,
+        clients: Sequence[int] | None = None,
+        broadcast: dict[str, Any] | None = None,
+        weights: Weights | None = None,
     ) -> QueryOutcome:
         """Ask `clients` (all by default) to run `query` through the executor; seeds derive from (seed, client, query).
         The bytes each way are added to `state.queries[query.name]` (checkpointed; `query/...` in the summary).
@@ -104,7 +108,9 @@ class RunContext:
         state.queries.setdefault(query.name, QueryTotals()).add(outcome.bytes_up, outcome.bytes_down)
         return outcome
 
-    def query_once(self, owner: str, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any) -> QueryAnswer:
+    def query_once(
+        self, owner: str, key: str, query: ClientQuery, reduce: Callable[[QueryOutcome], Any], **kwargs: Any
+    ) -> QueryAnswer:
         """`query` asked once per run: `reduce(outcome)`, its seconds and bytes are kept in `state.answers[owner][key]`
         and checkpointed, so a resumed run neither asks again nor counts twice; an exchange interrupted before it was
         reduced is not counted."""

@@ -37,4 +37,6 @@ class FitStatistics:
     def add_task_loss(self, value: torch.Tensor) -> None:
         """Add one step's FL-task loss (float64, on the value's device)."""
         value = value.detach().double()
-        self.task_loss_sum = value.clone() if self.task_loss_sum is None else self.task_loss_sum.to(value.device) + value
+        self.task_loss_sum = (
+            value.clone() if self.task_loss_sum is None else self.task_loss_sum.to(value.device) + value
+        )

@@ -80,9 +80,15 @@ class ClientModule(nn.Module, Generic[S]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        overridden = [n for n in ("before_optimizer_step", "after_optimizer_step") if getattr(cls, n) is not getattr(ClientModule, n)]
+        overridden = [
+            n
+            for n in ("before_optimizer_step", "after_optimizer_step")
+            if getattr(cls, n) is not getattr(ClientModule, n)
+        ]
         if overridden and not cls.step_hooks:
-            raise TypeError(f"{cls.__name__} overrides {' and '.join(overridden)}: declare `step_hooks = True` on the class")
+            raise TypeError(
+                f"{cls.__name__} overrides {' and '.join(overridden)}: declare `step_hooks = True` on the class"
+            )
 
     def __init__(self, model: nn.Module, method: S, local: LocalTraining, task: ClientTask) -> None:
         super().__init__()
@@ -209,7 +215,12 @@ class Method:
         return [float(r.num_samples) for r in results]
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx: ServerContext | None = None
+        self,
+        round: int,
+        global_weights: Weights,
+        results: Sequence[ClientResult],
+        server_state: State,
+        ctx: ServerContext | None = None,
     ) -> tuple[Weights, State]:
         """New global weights and server state from this round's client results. `ctx` (given by the loop) offers
         the server's derived random stream, server-side fits and the round's context (see `ServerContext`)."""
@@ -255,11 +266,19 @@ class HyperParameters:
 
     def __init__(self, method: Method) -> None:
         settings = method.client_settings()
-        if not (dataclasses.is_dataclass(settings) and not isinstance(settings, type) and type(settings).__dataclass_params__.frozen):  # type: ignore[attr-defined]
-            raise TypeError(f"{type(method).__name__}.client_settings() must return a frozen dataclass instance, got {type(settings).__name__}")
+        if not (
+            dataclasses.is_dataclass(settings)
+            and not isinstance(settings, type)
+            and type(settings).__dataclass_params__.frozen  # type: ignore[attr-defined]
+        ):
+            raise TypeError(
+                f"{type(method).__name__}.client_settings() must return a frozen dataclass instance, got {type(settings).__name__}"
+            )
         object.__setattr__(self, "client_module", method.client_module)
         object.__setattr__(self, "settings", copy.deepcopy(settings))
         object.__setattr__(self, "transport", method.transport())
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast")
+        raise AttributeError(
+            f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast"
+        )

@@ -121,7 +121,9 @@ class Rounds(Phase):
         steps = list(settings.server_steps if self.server_steps is None else self.server_steps)
         clients = list(range(len(data.clients))) if self.clients is None else list(self.clients)
         if max(clients) >= len(data.clients) or min(clients) < 0:
-            raise ValueError(f"phase {self.name!r}: clients {clients} but the federation has clients 0..{len(data.clients) - 1}")
+            raise ValueError(
+                f"phase {self.name!r}: clients {clients} but the federation has clients 0..{len(data.clients) - 1}"
+            )
         torch.manual_seed(derive_seed(settings.seed, purpose="model_init"))  # a phase starts like a run of its own
         model = model_spec.build(data.input_shape, data.num_classes)
         method.setup(model, len(clients))
@@ -134,7 +136,9 @@ class Rounds(Phase):
             state.initial_weights = weights
             state.client_states = ClientStates(clients)
             state.step_states = [s.init_state(weights, ctx) for s in steps]
-        initial = state.initial_weights  # a client first sampled (also after a resume) starts from init_client_state(k, W₀)
+        initial = (
+            state.initial_weights
+        )  # a client first sampled (also after a resume) starts from init_client_state(k, W₀)
         state.client_states.initial = lambda k: method.init_client_state(k, initial)
         global_model = model_spec.build(data.input_shape, data.num_classes)
         global_model.load_state_dict(state.global_weights)
@@ -152,7 +156,14 @@ class Rounds(Phase):
         ctx.publish(self.name, {"weights": state.global_weights})
 
     def _round(
-        self, ctx: RunContext, rnd: int, rounds: int, clients: list[int], method: Method, steps: Sequence[ServerStep], global_model: torch.nn.Module
+        self,
+        ctx: RunContext,
+        rnd: int,
+        rounds: int,
+        clients: list[int],
+        method: Method,
+        steps: Sequence[ServerStep],
+        global_model: torch.nn.Module,
     ) -> _Round:
         settings, data, state = ctx.settings, ctx.data, ctx.state
         t0 = time.perf_counter()
@@ -175,7 +186,9 @@ class Rounds(Phase):
         t_clients = time.perf_counter() - t0
         results, failed, rejected = _usable(rnd, outcomes, settings.on_client_failure)
 
-        server = ctx.server_context(rnd, results, self.model, num_clients=len(clients), start_weights=state.global_weights)
+        server = ctx.server_context(
+            rnd, results, self.model, num_clients=len(clients), start_weights=state.global_weights
+        )
         weights, server_state = method.aggregate(rnd, state.global_weights, results, state.server_state, ctx=server)
         update = method.server_update(server, weights, server_state)
         weights, step_states, step_metrics = run_server_steps(steps, server, update.weights, state.step_states)
@@ -187,7 +200,9 @@ class Rounds(Phase):
             records.CLIENTS_FAILED: [f.client_id for f in failed],
             records.CLIENTS_REJECTED: rejected,
             records.TRAIN_LOSS: sum(r.train_loss * r.num_samples for r in results) / n_total,
-            **records.traffic(up=sum(method.bytes_up(r) for r in results), down=sum(method.bytes_down(t) for t in tasks)),
+            **records.traffic(
+                up=sum(method.bytes_up(r) for r in results), down=sum(method.bytes_down(t) for t in tasks)
+            ),
             records.CLIENT_LOSS: {str(r.client_id): r.train_loss for r in results},
             records.CLIENT_STEPS: {str(r.client_id): r.num_steps for r in results},
             **client_metrics(type(method).__name__, results),
@@ -195,13 +210,26 @@ class Rounds(Phase):
         }
         t_eval = time.perf_counter()
         if rnd % settings.eval_every == 0 or rnd == rounds:
-            metrics.update(evaluate_federation(global_model, data, device=settings.eval_device))  # + val/ with validation data
+            metrics.update(
+                evaluate_federation(global_model, data, device=settings.eval_device)
+            )  # + val/ with validation data
         now = time.perf_counter()
-        seconds = {records.ROUND_SECONDS: now - t0, records.CLIENTS_SECONDS: t_clients, records.EVAL_SECONDS: now - t_eval}
+        seconds = {
+            records.ROUND_SECONDS: now - t0,
+            records.CLIENTS_SECONDS: t_clients,
+            records.EVAL_SECONDS: now - t_eval,
+        }
         phase = self.name if self.prefix else None  # the default protocol's rounds: plain names, no phase
         record = records.record(rnd, metrics, phase=phase, prefix=self.prefix)
         timing = records.record(rnd, seconds, phase=phase, prefix=self.prefix)
-        return _Round(record, timing, clone_weights(global_model.state_dict()), update.state, {r.client_id: r.state for r in results}, step_states)
+        return _Round(
+            record,
+            timing,
+            clone_weights(global_model.state_dict()),
+            update.state,
+            {r.client_id: r.state for r in results},
+            step_states,
+        )
 
     def summary_records(self, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.prefix:
@@ -216,11 +244,15 @@ def client_metrics(method: str, results: Sequence[ClientResult]) -> dict[str, fl
     out = {}
     for key in keys:
         having = [r for r in results if key in r.metrics]
-        out[records.client_metric_key(method, key)] = sum(r.metrics[key] * r.num_samples for r in having) / sum(r.num_samples for r in having)
+        out[records.client_metric_key(method, key)] = sum(r.metrics[key] * r.num_samples for r in having) / sum(
+            r.num_samples for r in having
+        )
     return out
 
 
-def _usable(rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: str) -> tuple[list[ClientResult], list[ClientFailure], list[int]]:
+def _usable(
+    rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: str
+) -> tuple[list[ClientResult], list[ClientFailure], list[int]]:
     """The round's usable results, its failed clients and the clients whose non-finite updates were rejected."""
     failed = [o for o in outcomes if isinstance(o, ClientFailure)]
     if failed and policy == "fail":
@@ -228,11 +260,15 @@ def _usable(rnd: int, outcomes: Sequence[ClientResult | ClientFailure], policy: 
             f"round {rnd}: client(s) {[f.client_id for f in failed]} failed after {failed[0].attempts} attempt(s): "
             f"{failed[0].error} (set on_client_failure: drop to continue without them)"
         )
-    finite = {id(o): o.finite and is_finite(o.weights) for o in outcomes if isinstance(o, ClientResult)}  # the whole model, then what came
+    finite = {
+        id(o): o.finite and is_finite(o.weights) for o in outcomes if isinstance(o, ClientResult)
+    }  # the whole model, then what came
     results = [o for o in outcomes if isinstance(o, ClientResult) and finite[id(o)]]
     rejected = [o.client_id for o in outcomes if isinstance(o, ClientResult) and not finite[id(o)]]
     if rejected:
         log.warning("round %d: rejected non-finite updates from client(s) %s", rnd, rejected)
     if not results:
-        raise ClientFailedError(f"round {rnd}: no usable client update (failed {[f.client_id for f in failed]}, non-finite {rejected})")
+        raise ClientFailedError(
+            f"round {rnd}: no usable client update (failed {[f.client_id for f in failed]}, non-finite {rejected})"
+        )
     return results, failed, rejected

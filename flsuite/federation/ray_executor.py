@@ -108,20 +108,32 @@ class RayExecutor(Executor):
             self._owns_ray = True
         placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
         self._actor_cls = ray.remote(ClientWorker).options(
-            num_cpus=self.cpus_per_client, num_gpus=self.gpus_per_client, max_restarts=0, max_task_retries=0, **placement
+            num_cpus=self.cpus_per_client,
+            num_gpus=self.gpus_per_client,
+            max_restarts=0,
+            max_task_retries=0,
+            **placement,
         )
         self._env_ref = ray.put(self.env)
         context = ray.get_runtime_context()
-        self._kind = WorkerKind(f"{context.get_node_id()}/{context.get_job_id()}", self.cpus_per_client, self.gpus_per_client, self.spread)
+        self._kind = WorkerKind(
+            f"{context.get_node_id()}/{context.get_job_id()}", self.cpus_per_client, self.gpus_per_client, self.spread
+        )
         n = self.num_workers or self._default_num_workers(ray)
         idle = take_idle_workers(self._kind, n)
         up = self._wait_up(ray, dict(self._configure(idle)), "an idle Ray worker was gone")
         reused = len(up)
-        up += self._wait_up(ray, {a.ready.remote(): a for a in (self._new_actor() for _ in range(n - reused))}, "a Ray worker failed to start")
+        up += self._wait_up(
+            ray,
+            {a.ready.remote(): a for a in (self._new_actor() for _ in range(n - reused))},
+            "a Ray worker failed to start",
+        )
         if not up:
             raise RuntimeError(f"RayExecutor: none of {n} workers started (resources: {ray.available_resources()})")
         if len(up) < n:
-            log.warning("RayExecutor: %d of %d workers started (not enough resources?); going on with those", len(up), n)
+            log.warning(
+                "RayExecutor: %d of %d workers started (not enough resources?); going on with those", len(up), n
+            )
         self._actors = up
         log.info("RayExecutor: %d workers%s", len(up), f" ({reused} reused)" if reused else "")
 

@@ -42,7 +42,9 @@ class ClientWorker:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, shared: tuple[dict, dict[str, Any], dict], round: int, client_id: int, seed: int, state: State) -> ClientResult:
+    def run(
+        self, shared: tuple[dict, dict[str, Any], dict], round: int, client_id: int, seed: int, state: State
+    ) -> ClientResult:
         global_weights, broadcast, held = shared
         return run_client(self.env, ClientTask(round, client_id, seed, global_weights, broadcast, state, held))
 

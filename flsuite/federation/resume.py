@@ -14,7 +14,9 @@ from flsuite.federation.state import FederationState
 from flsuite.models.heads import ModelSpec
 
 
-def resumable_state(resume: Path, state: FederationState, fed: FederatedData, model: ModelSpec, protocol: Sequence[Phase]) -> FederationState:
+def resumable_state(
+    resume: Path, state: FederationState, fed: FederatedData, model: ModelSpec, protocol: Sequence[Phase]
+) -> FederationState:
     """The checkpointed `state`, after checking that it fits this config's model, clients and protocol."""
     first = protocol[0]
     if state.phase == 0 and isinstance(first, Rounds) and first.model is None and first.clients is None:
@@ -25,7 +27,11 @@ def resumable_state(resume: Path, state: FederationState, fed: FederatedData, mo
         if expected != found:
             raise ValueError(f"--resume {resume}: the checkpoint's model does not match this config's model")
         if set(state.client_states.ids) != set(range(len(fed.clients))):
-            raise ValueError(f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, this config {len(fed.clients)}")
+            raise ValueError(
+                f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, this config {len(fed.clients)}"
+            )
     if state.phase >= len(protocol):
-        raise ValueError(f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(protocol)} phases")
+        raise ValueError(
+            f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(protocol)} phases"
+        )
     return state

@@ -137,7 +137,12 @@ class Federation:
             raise ValueError(f"on_client_failure must be 'fail' or 'drop', got {on_client_failure!r}")
         self.on_client_failure = on_client_failure
         self.name, self.output_dir, self.run_dir = name, Path(output_dir), Path(run_dir) if run_dir else None
-        self.checkpoint_every, self.eval_every, self.last_k, self.target_acc = checkpoint_every, eval_every, last_k, target_acc
+        self.checkpoint_every, self.eval_every, self.last_k, self.target_acc = (
+            checkpoint_every,
+            eval_every,
+            last_k,
+            target_acc,
+        )
         self.eval_device, self.progress, self.wandb = eval_device, progress, wandb
         self.threads, self.validation = threads, validation
 
@@ -227,12 +232,20 @@ class Federation:
             run_dir = create_run_dir(planned, self.output_dir, self.name, self.seeds.label(self.seed))
             if config_yaml:
                 write_config(run_dir, config_yaml, resumed=resume is not None)
-            choice = run_loop_choice(self, fed, state)  # before the config is replaced: a resumed run's own config may name its loop
+            choice = run_loop_choice(
+                self, fed, state
+            )  # before the config is replaced: a resumed run's own config may name its loop
             state.config_yaml = config_yaml or state.config_yaml
             resumed_at = {"phase": state.phase, "round": state.round} if resume is not None else None
-            record_environment(run_dir, environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}, resumed_at)
+            record_environment(
+                run_dir, environment_info(self.seed, self.seeds) | {"local_loop": choice.as_record()}, resumed_at
+            )
             tracker = Tracker(
-                run_dir, self.wandb, group=self.name, config=yaml.safe_load(config_yaml or "{}") or {}, labels=run_labels(self.method, self.data, self.setup)
+                run_dir,
+                self.wandb,
+                group=self.name,
+                config=yaml.safe_load(config_yaml or "{}") or {},
+                labels=run_labels(self.method, self.data, self.setup),
             )
             try:
                 tracker.log_partition(fed.partition_stats())
@@ -252,7 +265,12 @@ class Federation:
                     note_run_dir(interrupt, run_dir)
                     ctx.checkpoint()
                     phase_name = self.protocol[state.phase].name
-                    log.warning("interrupted: checkpoint of %s round %d written; continue with --resume %s", phase_name, state.round, run_dir)
+                    log.warning(
+                        "interrupted: checkpoint of %s round %d written; continue with --resume %s",
+                        phase_name,
+                        state.round,
+                        run_dir,
+                    )
                     raise
                 summary, records = run_summary(self.protocol, state, self.last_k, self.target_acc)
                 table = domain_table(summary, fed.domains, self.last_k) if summary else ""

@@ -23,7 +23,9 @@ def run_loop_choice(federation: Federation, fed: FederatedData, state: Federatio
     if state.local_loop is not None:
         choice = state.local_loop
     elif state.history and federation.local.loop == "auto":  # resuming a run begun before `auto` (checkpoint format 3)
-        began = ((yaml.safe_load(state.config_yaml or "") or {}).get("local") or {}).get("loop", "lean")  # lean: the old default
+        began = ((yaml.safe_load(state.config_yaml or "") or {}).get("local") or {}).get(
+            "loop", "lean"
+        )  # lean: the old default
         choice = LoopChoice(began, "the loop this resumed run began with (before local.loop auto)", "auto")
     else:
         choice = choose_loop(

@@ -90,7 +90,9 @@ class RoundServer:
         torch.manual_seed(self.seed_for(purpose))
         with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
             callbacks: list[L.Callback] | None = None if bar.disable else [_EpochTicks(bar)]
-            make_trainer(LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks).fit(module, train_dataloaders=batches)
+            make_trainer(
+                LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks
+            ).fit(module, train_dataloaders=batches)
 
 
 class _EpochTicks(L.Callback):
@@ -158,10 +160,25 @@ class ServerFinetune(ServerStep):
         every: Run in every `every`-th round.
     """
 
-    def __init__(self, data: PublicData, epochs: int = 1, batch_size: int = 32, lr: float = 0.01, momentum: float = 0.0, every: int = 1) -> None:
+    def __init__(
+        self,
+        data: PublicData,
+        epochs: int = 1,
+        batch_size: int = 32,
+        lr: float = 0.01,
+        momentum: float = 0.0,
+        every: int = 1,
+    ) -> None:
         if epochs < 1 or batch_size < 1 or lr <= 0 or every < 1:
             raise ValueError("ServerFinetune needs epochs >= 1, batch_size >= 1, lr > 0 and every >= 1")
-        self.data, self.epochs, self.batch_size, self.lr, self.momentum, self.every = data, epochs, batch_size, lr, momentum, every
+        self.data, self.epochs, self.batch_size, self.lr, self.momentum, self.every = (
+            data,
+            epochs,
+            batch_size,
+            lr,
+            momentum,
+            every,
+        )
         self._split: Split | None = None
 
     def prepare(self, run: RunContext) -> None:
@@ -170,16 +187,22 @@ class ServerFinetune(ServerStep):
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
         if ctx.round % self.every or self._split is None:
             return ServerUpdate(weights, state)
-        local = LocalTraining(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=0.0)
+        local = LocalTraining(
+            epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=0.0
+        )
         model = ctx.model(weights)
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), epochs=self.epochs)
         fit = ctx.train(model, batches, local, purpose=self.name)
         return ServerUpdate(
-            clone_weights(model.state_dict()), {"rounds_run": int(state.get("rounds_run", 0)) + 1}, {"loss": fit.mean_loss, "steps": fit.num_steps}
+            clone_weights(model.state_dict()),
+            {"rounds_run": int(state.get("rounds_run", 0)) + 1},
+            {"loss": fit.mean_loss, "steps": fit.num_steps},
         )
 
 
-def run_server_steps(steps: Sequence[ServerStep], ctx: ServerContext, weights: Weights, states: Sequence[State]) -> tuple[Weights, list[State], dict[str, Any]]:
+def run_server_steps(
+    steps: Sequence[ServerStep], ctx: ServerContext, weights: Weights, states: Sequence[State]
+) -> tuple[Weights, list[State], dict[str, Any]]:
     """Apply the server steps in order; returns the final weights, every step's new state, and their metrics."""
     new_states: list[State] = []
     metrics: dict[str, Any] = {}

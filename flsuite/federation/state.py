@@ -21,7 +21,11 @@ class QueryTotals:
     bytes_down: int = 0
 
     def add(self, bytes_up: int, bytes_down: int) -> None:
-        self.calls, self.bytes_up, self.bytes_down = self.calls + 1, self.bytes_up + bytes_up, self.bytes_down + bytes_down
+        self.calls, self.bytes_up, self.bytes_down = (
+            self.calls + 1,
+            self.bytes_up + bytes_up,
+            self.bytes_down + bytes_down,
+        )
 
     def as_record(self) -> dict[str, int]:
         return asdict(self)

@@ -35,7 +35,9 @@ class Transport:
     def travelling(self, weights: Weights, which: Travel) -> Weights:
         """The entries of `weights` that travel under `which`, never a `kept` one (`weights` itself when all do)."""
         if which == "all":
-            return {n: w for n, w in weights.items() if n not in self.kept} if self.kept.intersection(weights) else weights
+            return (
+                {n: w for n, w in weights.items() if n not in self.kept} if self.kept.intersection(weights) else weights
+            )
         if which == "trainable":
             return {n: weights[n] for n in self.trainable if n not in self.kept}
         trained = set(self.trainable) | self.kept

@@ -46,13 +46,17 @@ def _lookup(old: str, homes: Sequence[ModuleType]) -> Any:
         for home in homes:
             if hasattr(home, name):
                 return getattr(home, name)
-        raise AttributeError(f"module {old!r} (moved to {', '.join(h.__name__ for h in homes)}) has no attribute {name!r}")
+        raise AttributeError(
+            f"module {old!r} (moved to {', '.join(h.__name__ for h in homes)}) has no attribute {name!r}"
+        )
 
     return getattr_
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         return importlib.machinery.ModuleSpec(fullname, _MovedModule()) if fullname in MOVED else None
 
 

@@ -72,14 +72,23 @@ class FedCiRClient(TermsClient[FedCiRClientSettings]):
         head = check_contract(self.model).head
         # in a plain dict, so that Lightning does not see the frozen generator as a submodule
         self._frozen = (
-            {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+            {
+                "gen": frozen_generator(
+                    b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device
+                )
+            }
+            if "generator" in b
+            else {}
         )
         self._q: tuple[torch.Tensor, torch.Tensor] | None = None  # q(z|y): μ_g [C, d] and σ_g [C, d]
         if "mu_g" in b:
             require_encoder(self.model, "FedCiR's L_align")
             self._q = (b["mu_g"].to(self.device), b["sigma_g"].to(self.device).clamp_min(SIGMA_G_MIN))
         # added align first, then reg: the operations (and bits) of earlier releases
-        self.weights = {**({"align": m.lam_align} if self._q is not None else {}), **({"reg": m.lam_reg} if self._frozen else {})}
+        self.weights = {
+            **({"align": m.lam_align} if self._q is not None else {}),
+            **({"reg": m.lam_reg} if self._frozen else {}),
+        }
         self.reports = m.lam_reg > 0 or m.lam_align > 0  # both 0: FedAvg exactly, nothing reported
         self.start_terms()
 
@@ -96,7 +105,9 @@ class FedCiRClient(TermsClient[FedCiRClientSettings]):
             head = check_contract(self.model).head
             y_gen = torch.randint(head.out_features, (len(y),), device=y.device)
             with torch.no_grad():
-                z_gen = self._frozen["gen"](y_gen, draw_noise(len(y), self.method.noise_dim, self.method.noise, device=y.device))
+                z_gen = self._frozen["gen"](
+                    y_gen, draw_noise(len(y), self.method.noise_dim, self.method.noise, device=y.device)
+                )
             out["reg"] = F.cross_entropy(head(z_gen), y_gen)
         return out
 
@@ -124,7 +135,9 @@ class FedCiR(GeneratorMethod, FedAvg):
     client_module = FedCiRClient
 
     def client_settings(self) -> FedCiRClientSettings:
-        return FedCiRClientSettings(self.lam_reg, self.lam_align, self.noise_dim, self.hidden, self.noise, self.kl_reduction)
+        return FedCiRClientSettings(
+            self.lam_reg, self.lam_align, self.noise_dim, self.hidden, self.noise, self.kl_reduction
+        )
 
     def __init__(
         self,
@@ -144,14 +157,26 @@ class FedCiR(GeneratorMethod, FedAvg):
         if lam_reg < 0 or lam_align < 0:
             raise ValueError(f"FedCiR needs lam_reg >= 0 and lam_align >= 0, got {lam_reg} and {lam_align}")
         if min(generator_steps, generator_batch, noise_dim, hidden, mle_samples) < 1 or generator_lr <= 0:
-            raise ValueError("FedCiR: generator_steps, generator_batch, noise_dim, hidden, mle_samples must be >= 1 and generator_lr > 0")
+            raise ValueError(
+                "FedCiR: generator_steps, generator_batch, noise_dim, hidden, mle_samples must be >= 1 and generator_lr > 0"
+            )
         if ensemble not in ("logits", "mixture", "per_client"):
             raise ValueError(f"FedCiR ensemble must be 'logits', 'mixture' or 'per_client', got {ensemble!r}")
         if kl_reduction not in KL_REDUCTIONS:
             reduce_kl(torch.zeros(1), kl_reduction)  # raises the one message for a bad reduction
         self.lam_reg, self.lam_align = lam_reg, lam_align
-        self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = generator_steps, generator_batch, noise_dim, hidden
-        self.generator_lr, self.ensemble, self.mle_samples, self.kl_reduction = generator_lr, ensemble, mle_samples, kl_reduction
+        self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = (
+            generator_steps,
+            generator_batch,
+            noise_dim,
+            hidden,
+        )
+        self.generator_lr, self.ensemble, self.mle_samples, self.kl_reduction = (
+            generator_lr,
+            ensemble,
+            mle_samples,
+            kl_reduction,
+        )
         self.noise, self.diversity = "normal", 0.0
 
     def setup(self, model: nn.Module, num_clients: int) -> None:
@@ -183,7 +208,9 @@ class FedCiR(GeneratorMethod, FedAvg):
         if self.lam_align > 0:
             gen = build_generator(self.num_classes, self.dim, self.noise_dim, self.hidden)
             gen.load_state_dict(new["generator"])
-            mu, sigma = class_gaussian_mle(gen.eval(), self.num_classes, self.mle_samples, self.noise_dim, self.noise, ctx.generator("mle"))
+            mu, sigma = class_gaussian_mle(
+                gen.eval(), self.num_classes, self.mle_samples, self.noise_dim, self.noise, ctx.generator("mle")
+            )
             new.update(mu_g=mu, sigma_g=sigma)
             metrics["sigma_g_mean"] = float(sigma.mean())
         return ServerUpdate(weights, {**server_state, **new}, metrics)
@@ -201,6 +228,10 @@ def __getattr__(name: str) -> object:
 
         from flsuite.models import probabilistic
 
-        warnings.warn(f"flsuite.methods.fedcir.{name} is now flsuite.models.probabilistic.{name}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"flsuite.methods.fedcir.{name} is now flsuite.models.probabilistic.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(probabilistic, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,18 +46,28 @@ def total_loss(terms: Mapping[str, torch.Tensor], weights: Mapping[str, float]) 
     return loss
 
 
-def term_statistics(terms: Mapping[str, torch.Tensor], weights: Mapping[str, float], loss: torch.Tensor, task_loss: str) -> dict[str, torch.Tensor]:
+def term_statistics(
+    terms: Mapping[str, torch.Tensor], weights: Mapping[str, float], loss: torch.Tensor, task_loss: str
+) -> dict[str, torch.Tensor]:
     """One step's statistics: L_CE under `task_loss` (`ClientModule.TASK_LOSS`), each on term t and λ_t L_t / L."""
     on = [t for t in TERMS if t in weights]
-    return {task_loss: terms["ce"], **{t: terms[t] for t in on}, **{f"{t}_loss_share": weights[t] * terms[t] / loss for t in on}}
+    return {
+        task_loss: terms["ce"],
+        **{t: terms[t] for t in on},
+        **{f"{t}_loss_share": weights[t] * terms[t] / loss for t in on},
+    }
 
 
 def _grad_norm(value: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
     grads = torch.autograd.grad(value, list(params), retain_graph=True, allow_unused=True)
-    return torch.sqrt(sum((g.double().pow(2).sum() for g in grads if g is not None), torch.zeros((), dtype=torch.float64)))
+    return torch.sqrt(
+        sum((g.double().pow(2).sum() for g in grads if g is not None), torch.zeros((), dtype=torch.float64))
+    )
 
 
-def gradient_shares(terms: Mapping[str, torch.Tensor], weights: Mapping[str, float], params: Sequence[torch.Tensor]) -> dict[str, float]:
+def gradient_shares(
+    terms: Mapping[str, torch.Tensor], weights: Mapping[str, float], params: Sequence[torch.Tensor]
+) -> dict[str, float]:
     """‖∇ λ_t L_t‖ / ‖∇ L_CE‖ for each on term t (float64 norms; `.grad` untouched)."""
     ce = _grad_norm(terms["ce"], params)
     return {f"{t}_grad_vs_ce": float(_grad_norm(weights[t] * terms[t], params) / ce) for t in TERMS if t in weights}
@@ -91,9 +101,15 @@ class TermsClient(ClientModule[S]):
     def probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The gradient shares, at the fit's starting weights on its first batch (the same draws as its first step)."""
         if self.reports and self.weights:
-            self._shares = gradient_shares(self.terms(x, y), self.weights, [p for p in self.model.parameters() if p.requires_grad])
+            self._shares = gradient_shares(
+                self.terms(x, y), self.weights, [p for p in self.model.parameters() if p.requires_grad]
+            )
 
     def metrics(self, fit: FitStatistics) -> dict[str, float]:
         if not self.reports:
             return {}
-        return {"ce": fit.mean_task_loss, **{k: float(s) / self._gathered for k, s in self._sums.items()}, **self._shares}
+        return {
+            "ce": fit.mean_task_loss,
+            **{k: float(s) / self._gathered for k, s in self._sums.items()},
+            **self._shares,
+        }

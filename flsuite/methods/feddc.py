@@ -116,7 +116,9 @@ class FedDC(Method):
     def client_settings(self) -> FedDCClientSettings:
         return FedDCClientSettings(self.alpha, self.drift_lr, self.clip_norm)
 
-    def __init__(self, alpha: float = 0.01, drift_lr: Literal["base", "current"] = "base", clip_norm: float | None = 10.0) -> None:
+    def __init__(
+        self, alpha: float = 0.01, drift_lr: Literal["base", "current"] = "base", clip_norm: float | None = 10.0
+    ) -> None:
         if alpha < 0:
             raise ValueError(f"FedDC alpha must be >= 0, got {alpha}")
         if drift_lr not in ("base", "current"):
@@ -134,7 +136,9 @@ class FedDC(Method):
     def broadcast(self, round: int, server_state: State) -> dict:
         return {"c": server_state["c"]}
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         new = sample_average(results)  # buffers
         m, num_clients = len(results), self.num_clients
         c, h = dict(server_state["c"]), dict(server_state["h"])
@@ -145,7 +149,9 @@ class FedDC(Method):
             prev_h = h[name].to(torch.float64) if name in h else torch.zeros_like(x)
             new_h = prev_h + (total - m * x) / num_clients
             prev_c = c[name].to(torch.float64) if name in c else torch.zeros_like(x)
-            c[name] = (prev_c + sum(r.upload["delta_c"][name].to(torch.float64) for r in results) / num_clients).to(dtype)
+            c[name] = (prev_c + sum(r.upload["delta_c"][name].to(torch.float64) for r in results) / num_clients).to(
+                dtype
+            )
             h[name] = new_h.to(dtype)
             new[name] = (total / m + new_h).to(dtype)
         return new, {**server_state, "c": c, "h": h}

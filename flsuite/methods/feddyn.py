@@ -84,7 +84,9 @@ class FedDyn(FedAvg):
     def init_client_state(self, client_id: int, global_weights: Weights) -> State:
         return {"grad": {}}
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         """FedAvg for buffers; h and θ^t as in the module docstring for every trainable parameter."""
         new, _ = super().aggregate(round, global_weights, results, server_state)
         m = len(results)

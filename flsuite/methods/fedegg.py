@@ -50,12 +50,23 @@ from flsuite.federation.server import PublicData, ServerStep
 from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import LocalTraining, ServerUpdate, State, Weights
 from flsuite.federation.weights import clone_weights
-from flsuite.methods.fedegg_equations import CHUNK, TauQuery, gate_open, llr, log2_cos, mean_feature, momentum_loss, threshold, update_ratio
+from flsuite.methods.fedegg_equations import (
+    CHUNK,
+    TauQuery,
+    gate_open,
+    llr,
+    log2_cos,
+    mean_feature,
+    momentum_loss,
+    threshold,
+    update_ratio,
+)
 from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
+
 
 class Guided(nn.Module):
     """What the guiding step trains: the shared trunk with the guiding head, head_g(features(x)) (the FL head not in
@@ -117,11 +128,24 @@ class FedEGG(ServerStep):
     ) -> None:
         if tau_form not in ("eq3", "remark"):
             raise ValueError(f"FedEGG tau_form must be 'eq3' or 'remark', got {tau_form!r}")
-        if not 0 <= beta < 1 or steps < 1 or batch_size < 1 or lr_scale < 0 or (eval_size is not None and eval_size < 1):
-            raise ValueError("FedEGG needs 0 <= beta < 1, steps >= 1, batch_size >= 1, lr_scale >= 0 and eval_size >= 1 or null")
+        if (
+            not 0 <= beta < 1
+            or steps < 1
+            or batch_size < 1
+            or lr_scale < 0
+            or (eval_size is not None and eval_size < 1)
+        ):
+            raise ValueError(
+                "FedEGG needs 0 <= beta < 1, steps >= 1, batch_size >= 1, lr_scale >= 0 and eval_size >= 1 or null"
+            )
         self.data, self.tau, self.tau_form, self.rho, self.iota, self.beta = data, tau, tau_form, rho, iota, beta
         self.steps, self.batch_size, self.lr_scale, self.latch = steps, batch_size, lr_scale, latch
-        self.eval_size, self.num_classes, self.shared_head, self.freeze_bn = eval_size, num_classes, shared_head, freeze_bn
+        self.eval_size, self.num_classes, self.shared_head, self.freeze_bn = (
+            eval_size,
+            num_classes,
+            shared_head,
+            freeze_bn,
+        )
         self._split: Split | None = None
         self._eval: Split | None = None
         self._local: LocalTraining | None = None
@@ -149,11 +173,18 @@ class FedEGG(ServerStep):
         model.load_state_dict(global_weights)
         guide_mean = mean_feature(model, self._split.x)
         head = None if self.shared_head else self._new_head(guide_mean.numel(), fed.seed)
-        state: State = {"head": None if head is None else clone_weights(head.state_dict()), "loss_c": None, "rounds_guided": 0, "stopped": False}
+        state: State = {
+            "head": None if head is None else clone_weights(head.state_dict()),
+            "loss_c": None,
+            "rounds_guided": 0,
+            "stopped": False,
+        }
         if self.tau is not None:
             state["tau"] = float(self.tau)
         elif self.tau_form == "eq3":
-            uploads = run.query(TauQuery("eq3"), broadcast={"guide_mean": guide_mean.to(torch.float32)}, weights=global_weights).uploads()
+            uploads = run.query(
+                TauQuery("eq3"), broadcast={"guide_mean": guide_mean.to(torch.float32)}, weights=global_weights
+            ).uploads()
             state["tau_k"] = [float(uploads[k]["tau_k"]) for k in sorted(uploads)]
             state["tau"] = threshold(state["tau_k"], self.rho, self.iota)
         else:
@@ -161,7 +192,9 @@ class FedEGG(ServerStep):
             client_mean = torch.stack([uploads[k]["mean_feature"].to(torch.float64) for k in sorted(uploads)]).mean(0)
             inner = self.rho * 2 ** log2_cos(client_mean, guide_mean) + self.iota
             if inner <= 0:
-                raise ValueError(f"FedEGG tau_form 'remark': rho * cos + iota = {inner:.4g} <= 0, its log is undefined; use tau_form 'eq3' or a fixed tau")
+                raise ValueError(
+                    f"FedEGG tau_form 'remark': rho * cos + iota = {inner:.4g} <= 0, its log is undefined; use tau_form 'eq3' or a fixed tau"
+                )
             state["tau"] = math.log2(inner)
         state["loss_g"] = self._guiding_loss(model, head)
         return state
@@ -183,13 +216,18 @@ class FedEGG(ServerStep):
         assert self._eval is not None
         guided = Guided(model, head).eval()
         with torch.no_grad():
-            total = sum(F.cross_entropy(guided(x), y, reduction="sum").double() for x, y in zip(self._eval.x.split(CHUNK), self._eval.y.split(CHUNK)))
+            total = sum(
+                F.cross_entropy(guided(x), y, reduction="sum").double()
+                for x, y in zip(self._eval.x.split(CHUNK), self._eval.y.split(CHUNK))
+            )
         return float(total) / len(self._eval)
 
     # ---- Phase 2 ---------------------------------------------------------------------------------------------
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:
         assert self._split is not None and self._local is not None, "FedEGG.prepare was not called"
-        loss_c = momentum_loss(state["loss_c"], [r.task_loss for r in ctx.results], self.beta)  # the FL task's CE, not X's objective
+        loss_c = momentum_loss(
+            state["loss_c"], [r.task_loss for r in ctx.results], self.beta
+        )  # the FL task's CE, not X's objective
         loss_g, tau = float(state["loss_g"]), float(state["tau"])
         ratio = llr(loss_c, loss_g)
         guide = gate_open(loss_c, loss_g, tau) and not state["stopped"]
@@ -200,7 +238,9 @@ class FedEGG(ServerStep):
             model = ctx.model(weights)
             head = None
             if state["head"] is not None:
-                head = torch.nn.utils.skip_init(nn.Linear, *reversed(state["head"]["weight"].shape))  # no global-RNG draw
+                head = torch.nn.utils.skip_init(
+                    nn.Linear, *reversed(state["head"]["weight"].shape)
+                )  # no global-RNG draw
                 head.load_state_dict(state["head"])
             if gamma > 0:
                 self._fit(ctx, Guided(model, head, self.freeze_bn), gamma)
@@ -209,12 +249,26 @@ class FedEGG(ServerStep):
                 ratio_of_update = update_ratio(ctx.start_weights, aggregated, weights, model)
             new["loss_g"] = self._guiding_loss(model, head)
             new["rounds_guided"] = int(state["rounds_guided"]) + 1
-        metrics = {"tau": tau, "loss_c": loss_c, "loss_g": float(new["loss_g"]), "llr": ratio, "gate": int(guide), "lr": gamma}
+        metrics = {
+            "tau": tau,
+            "loss_c": loss_c,
+            "loss_g": float(new["loss_g"]),
+            "llr": ratio,
+            "gate": int(guide),
+            "lr": gamma,
+        }
         return ServerUpdate(weights, new, {**metrics, "update_ratio": ratio_of_update})
 
     def _fit(self, ctx: ServerContext, guided: Guided, gamma: float) -> None:
         """T_g plain-SGD steps of Eq. 7 at γ_t, as a seeded server-side Lightning fit."""
-        local = LocalTraining(steps=self.steps, batch_size=self.batch_size, lr=gamma, momentum=0.0, weight_decay=0.0, accelerator=ctx.accelerator)
+        local = LocalTraining(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=gamma,
+            momentum=0.0,
+            weight_decay=0.0,
+            accelerator=ctx.accelerator,
+        )
         assert self._split is not None, "FedEGG.prepare builds the guiding set before the first step"
         batches = EpochBatches(self._split, self.batch_size, ctx.generator(f"{self.name}/batches"), steps=self.steps)
         ctx.train(guided.train(), batches, local, purpose=self.name)  # a fit keeps the modules' modes: set them here

@@ -76,7 +76,9 @@ class FedFAClient(ClientModule[FedFAClientSettings]):
         hooked = [name for name in self.method.layers if name != FEATURES]
         unknown = [name for name in hooked if name not in modules]
         if unknown:
-            raise ValueError(f"FedFA layers {unknown} are not submodules of {type(self.model).__name__} (its modules: {[n for n in modules if n]})")
+            raise ValueError(
+                f"FedFA layers {unknown} are not submodules of {type(self.model).__name__} (its modules: {[n for n in modules if n]})"
+            )
         self._handles = [modules[name].register_forward_hook(functools.partial(self._hook, name)) for name in hooked]
         self._state = {k: v.to(self.device, copy=True) for k, v in self.task.broadcast.items()}
         self._step: dict[str, torch.Tensor] | None = None  # the running step's statistics, while its forward runs
@@ -96,7 +98,9 @@ class FedFAClient(ClientModule[FedFAClientSettings]):
         m = self.method
         apply = torch.rand((), device=z.device) < m.p
         draws = torch.randn((2, *z.shape[:2]), device=z.device, dtype=z.dtype)
-        augmented, stats = ffa(z, self._value(name, "var_mean", z), self._value(name, "var_std", z), draws[0], draws[1], m.eps, m.variance)
+        augmented, stats = ffa(
+            z, self._value(name, "var_mean", z), self._value(name, "var_std", z), draws[0], draws[1], m.eps, m.variance
+        )
         step.update({f"{name}/{key}": v for key, v in {**stats, "applied": apply}.items()})
         return torch.where(apply, augmented, z)
 
@@ -133,7 +137,12 @@ class FedFAClient(ClientModule[FedFAClientSettings]):
         return {key: float(total) / max(fit.num_steps, 1) for key, total in self._sums.items()}
 
     def upload(self, fit: FitStatistics) -> dict[str, torch.Tensor]:
-        return {f"{n}/{k}": self._state[f"{n}/{k}"].detach().float().cpu() for n in self.method.layers for k in RUNNING if f"{n}/{k}" in self._state}
+        return {
+            f"{n}/{k}": self._state[f"{n}/{k}"].detach().float().cpu()
+            for n in self.method.layers
+            for k in RUNNING
+            if f"{n}/{k}" in self._state
+        }
 
 
 class FedFA(FedAvg):
@@ -173,12 +182,20 @@ class FedFA(FedAvg):
             raise ValueError(f"FedFA variance must be 'paper' or 'official', got {variance!r}")
         if not layers or len(set(layers)) != len(layers):
             raise ValueError(f"FedFA layers must be distinct names, at least one, got {list(layers)}")
-        self.p, self.momentum, self.eps, self.variance, self.layers = p, momentum, eps, variance, [str(n) for n in layers]
+        self.p, self.momentum, self.eps, self.variance, self.layers = (
+            p,
+            momentum,
+            eps,
+            variance,
+            [str(n) for n in layers],
+        )
 
     def broadcast(self, round: int, server_state: State) -> dict[str, torch.Tensor]:
         return dict(server_state)
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         weights, _ = super().aggregate(round, global_weights, results, server_state)
         uploading = [r for r in results if r.upload]
         if not uploading:

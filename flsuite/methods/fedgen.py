@@ -62,7 +62,13 @@ class FedGenClient(ClientModule[FedGenClientSettings]):
         b, m = self.task.broadcast, self.method
         head = check_contract(self.model).head
         self._frozen = (
-            {"gen": frozen_generator(b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device)} if "generator" in b else {}
+            {
+                "gen": frozen_generator(
+                    b["generator"], head.out_features, head.in_features, m.noise_dim, m.hidden, self.device
+                )
+            }
+            if "generator" in b
+            else {}
         )
         self._counts = torch.full((head.out_features,), self.method.count_start, dtype=torch.long, device=self.device)
 
@@ -78,7 +84,11 @@ class FedGenClient(ClientModule[FedGenClientSettings]):
                 z_gen = gen(y_gen, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))
                 target = F.softmax(head(z_y), dim=1)
             latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
-            loss = loss + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen) + decayed(m.beta, m.decay, r) * latent
+            loss = (
+                loss
+                + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen)
+                + decayed(m.beta, m.decay, r) * latent
+            )
         return loss, {self.TASK_LOSS: ce, "y": y} if m.active else {self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:
@@ -111,7 +121,9 @@ class FedGen(GeneratorMethod, FedAvg):
     client_module = FedGenClient
 
     def client_settings(self) -> FedGenClientSettings:
-        return FedGenClientSettings(self.alpha, self.beta, self.decay, self.noise_dim, self.hidden, self.noise, self.count_start, self.active())
+        return FedGenClientSettings(
+            self.alpha, self.beta, self.decay, self.noise_dim, self.hidden, self.noise, self.count_start, self.active()
+        )
 
     def __init__(
         self,
@@ -131,17 +143,30 @@ class FedGen(GeneratorMethod, FedAvg):
     ) -> None:
         super().__init__(weighting=weighting)
         if alpha < 0 or beta < 0 or not 0 < decay <= 1 or diversity < 0:
-            raise ValueError(f"FedGen needs alpha, beta, diversity >= 0 and 0 < decay <= 1, got {alpha}, {beta}, {diversity}, {decay}")
+            raise ValueError(
+                f"FedGen needs alpha, beta, diversity >= 0 and 0 < decay <= 1, got {alpha}, {beta}, {diversity}, {decay}"
+            )
         if min(generator_steps, generator_batch, noise_dim, hidden) < 1 or generator_lr <= 0:
-            raise ValueError("FedGen: generator_steps, generator_batch, noise_dim, hidden must be >= 1 and generator_lr > 0")
+            raise ValueError(
+                "FedGen: generator_steps, generator_batch, noise_dim, hidden must be >= 1 and generator_lr > 0"
+            )
         if not 0 < generator_lr_decay <= 1 or generator_weight_decay < 0 or count_start < 0:
             raise ValueError(
                 f"FedGen needs 0 < generator_lr_decay <= 1, generator_weight_decay >= 0 and count_start >= 0, got {generator_lr_decay}, "
                 f"{generator_weight_decay} and {count_start}"
             )
-        self.generator_lr_decay, self.generator_weight_decay, self.count_start = generator_lr_decay, generator_weight_decay, count_start
+        self.generator_lr_decay, self.generator_weight_decay, self.count_start = (
+            generator_lr_decay,
+            generator_weight_decay,
+            count_start,
+        )
         self.alpha, self.beta, self.decay, self.diversity = alpha, beta, decay, diversity
-        self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = generator_steps, generator_batch, noise_dim, hidden
+        self.generator_steps, self.generator_batch, self.noise_dim, self.hidden = (
+            generator_steps,
+            generator_batch,
+            noise_dim,
+            hidden,
+        )
         self.generator_lr, self.ensemble, self.noise = generator_lr, "per_client", "uniform"
 
     def active(self) -> bool:

@@ -82,7 +82,13 @@ def forward_with_pullback(model: nn.Module, z: torch.Tensor) -> tuple[torch.Tens
 
 
 def fedmix_loss(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, xbar: torch.Tensor, ybar: torch.Tensor, lam: float, norm: TaylorNorm = "sample"
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    xbar: torch.Tensor,
+    ybar: torch.Tensor,
+    lam: float,
+    norm: TaylorNorm = "sample",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """FedMix's loss (module docstring) with each sample's partner mean `xbar` [B, ...], `ybar` [B, C]; returns it and
     the batch means of its three terms (unweighted)."""
@@ -187,7 +193,9 @@ class FedMix(FedAvg):
         if mix_group is not None and mix_group < 1:
             raise ValueError(f"FedMix mix_group must be >= 1 or null, got {mix_group}")
         if variant not in ("fedmix", "naivemix") or taylor_norm not in ("sample", "batch"):
-            raise ValueError(f"FedMix variant must be fedmix|naivemix and taylor_norm sample|batch, got {variant!r}, {taylor_norm!r}")
+            raise ValueError(
+                f"FedMix variant must be fedmix|naivemix and taylor_norm sample|batch, got {variant!r}, {taylor_norm!r}"
+            )
         self.lam, self.mix_group, self.variant, self.taylor_norm = lam, mix_group, variant, taylor_norm
         #: The pooled means {"x": [G, ...], "y": [G, C]}, set on the copy the exchange makes (`with_means`).
         self.means: dict[str, torch.Tensor] | None = None

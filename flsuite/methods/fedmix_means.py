@@ -28,7 +28,9 @@ from flsuite.federation.query import ClientQuery, QueryOutcome, QueryTask
 OWNER = "fedmix"
 
 
-def group_means(x: torch.Tensor, y: torch.Tensor, num_classes: int, mix_group: int | None, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def group_means(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, mix_group: int | None, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
     """Means of `x` and of one-hot `y` over groups of `mix_group` samples of a seeded permutation (module docstring):
     {"x": [G, ...], "y": [G, num_classes]}, float32 (summed in float64)."""
     n = len(y)

@@ -41,7 +41,9 @@ class FedNova(Method):
 
     client_module = FedNovaClient
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         new = sample_average(results)  # buffers
         n = sum(r.num_samples for r in results)
         p = [r.num_samples / n for r in results]

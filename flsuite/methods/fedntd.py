@@ -70,7 +70,9 @@ class FedNTD(FedAvg):
     def client_settings(self) -> FedNTDClientSettings:
         return FedNTDClientSettings(self.tau, self.beta)
 
-    def __init__(self, tau: float = 1.0, beta: float = 1.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
+    def __init__(
+        self, tau: float = 1.0, beta: float = 1.0, weighting: Literal["samples", "uniform"] = "samples"
+    ) -> None:
         super().__init__(weighting=weighting)
         if tau <= 0 or beta < 0:
             raise ValueError(f"FedNTD needs tau > 0 and beta >= 0, got tau={tau}, beta={beta}")

@@ -57,7 +57,9 @@ class FedOpt(FedAvg):
     def init_server_state(self, global_weights: Weights) -> State:
         return {"m": {}, "v": {}}
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         """FedAvg's average, then the server optimiser step on every trainable parameter."""
         new, _ = super().aggregate(round, global_weights, results, server_state)
         m, v = dict(server_state["m"]), dict(server_state["v"])

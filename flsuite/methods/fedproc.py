@@ -29,7 +29,9 @@ from flsuite.methods.fedavg import FedAvg
 from flsuite.models.representation import ClassSums, forward_with_representation, logits_as_representation
 
 
-def prototype_contrastive_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, has: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+def prototype_contrastive_loss(
+    z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, has: torch.Tensor, tau: float = 1.0
+) -> torch.Tensor:
     """L_pc over a batch: cross-entropy of cos(z, c_j)/τ over the classes j with a prototype; mean over all B samples."""
     logits = F.cosine_similarity(z[:, None, :], protos[None, :, :], dim=2) / tau  # [B, C]
     logits = logits.masked_fill(~has[None, :], float("-inf"))
@@ -71,7 +73,9 @@ class FedProcClient(LastEpochPrototypes[FedProcClientSettings]):
         self._start_prototypes()
         b = self.task.broadcast
         # the global prototypes [C, d] and which classes have one [C], broadcast together (none in round 1)
-        self._protos: tuple[torch.Tensor, torch.Tensor] | None = (b["protos"].to(self.device), b["has"].to(self.device)) if "protos" in b else None
+        self._protos: tuple[torch.Tensor, torch.Tensor] | None = (
+            (b["protos"].to(self.device), b["has"].to(self.device)) if "protos" in b else None
+        )
         self._alpha = float(b.get("alpha", 0.0))
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -111,10 +115,18 @@ class FedProc(FedAvg):
     def client_settings(self) -> FedProcClientSettings:
         return FedProcClientSettings(self.tau)
 
-    def __init__(self, schedule_rounds: int = 100, alpha: float | None = None, tau: float = 1.0, weighting: Literal["samples", "uniform"] = "samples") -> None:
+    def __init__(
+        self,
+        schedule_rounds: int = 100,
+        alpha: float | None = None,
+        tau: float = 1.0,
+        weighting: Literal["samples", "uniform"] = "samples",
+    ) -> None:
         super().__init__(weighting=weighting)
         if schedule_rounds < 2 and alpha is None:
-            raise ValueError(f"FedProc schedule_rounds must be >= 2 (α_t = 1 − (t−1)/(T−1)), got {schedule_rounds}; or set alpha")
+            raise ValueError(
+                f"FedProc schedule_rounds must be >= 2 (α_t = 1 − (t−1)/(T−1)), got {schedule_rounds}; or set alpha"
+            )
         if alpha is not None and not 0 <= alpha <= 1:
             raise ValueError(f"FedProc alpha must be in [0, 1] or null, got {alpha}")
         if tau <= 0:
@@ -129,9 +141,15 @@ class FedProc(FedAvg):
     def broadcast(self, round: int, server_state: State) -> dict:
         if "protos" not in server_state:
             return {}
-        return {"protos": server_state["protos"], "has": server_state["has"], "alpha": torch.tensor(self.alpha_at(round))}
+        return {
+            "protos": server_state["protos"],
+            "has": server_state["has"],
+            "alpha": torch.tensor(self.alpha_at(round)),
+        }
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         weights, _ = super().aggregate(round, global_weights, results, server_state)
         protos = mean_prototypes(results)
         return weights, ({**server_state, **protos} if protos is not None else server_state)

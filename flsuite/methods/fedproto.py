@@ -95,7 +95,9 @@ class FedProto(FedAvg):
             return {}
         return {"protos": server_state["protos"], "has": server_state["has"]}
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         weights, _ = super().aggregate(round, global_weights, results, server_state)
         uploads = [r.upload for r in results if "protos" in r.upload]
         if not uploads:

@@ -28,7 +28,9 @@ class FedProxClient(ClientModule[FedProxClientSettings]):
 
     def begin(self) -> None:
         self._anchor = {
-            name: self.task.global_weights[name].detach().to(self.device, copy=True) for name, p in self.model.named_parameters() if p.requires_grad
+            name: self.task.global_weights[name].detach().to(self.device, copy=True)
+            for name, p in self.model.named_parameters()
+            if p.requires_grad
         }
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -48,7 +48,12 @@ class FedSRModel(ProbabilisticEncoder):
     `eval_samples` defaults to 20, the official test-time average (1: z = μ)."""
 
     def __init__(
-        self, backbone: ModelSpec | None = None, hidden: Sequence[int] = (512,), dim: int = 512, stochastic: bool = True, eval_samples: int = 20
+        self,
+        backbone: ModelSpec | None = None,
+        hidden: Sequence[int] = (512,),
+        dim: int = 512,
+        stochastic: bool = True,
+        eval_samples: int = 20,
     ) -> None:
         super().__init__(backbone=backbone, hidden=hidden, dim=dim, stochastic=stochastic, eval_samples=eval_samples)
 
@@ -117,7 +122,11 @@ class FedSRClient(ClientModule[FedSRClientSettings]):
         return loss, {self.TASK_LOSS: ce}
 
     def next_state(self, fit: FitStatistics) -> State:
-        return {"reference": own_reference(self.model.state_dict())} if self.method.reference == "per_client" else self.task.state
+        return (
+            {"reference": own_reference(self.model.state_dict())}
+            if self.method.reference == "per_client"
+            else self.task.state
+        )
 
 
 class FedSR(FedAvg):
@@ -160,7 +169,12 @@ class FedSR(FedAvg):
         return {"reference": own_reference(global_weights)} if self.reference == "per_client" else {}
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx: ServerContext | None = None
+        self,
+        round: int,
+        global_weights: Weights,
+        results: Sequence[ClientResult],
+        server_state: State,
+        ctx: ServerContext | None = None,
     ) -> tuple[Weights, State]:
         """FedAvg; under `per_client` the global weights keep W₀'s reference entries (no client sent its own)."""
         weights, state = super().aggregate(round, global_weights, results, server_state, ctx)

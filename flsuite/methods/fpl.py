@@ -66,7 +66,11 @@ def cluster_prototypes(results: Sequence[ClientResult]) -> dict[str, torch.Tenso
     num_classes, dim = ups[0]["protos"].shape
     per_class: list[np.ndarray] = []
     for j in range(num_classes):
-        held = np.stack([u["protos"][j].double().numpy() for u in ups if bool(u["has"][j])]) if any(bool(u["has"][j]) for u in ups) else np.zeros((0, dim))
+        held = (
+            np.stack([u["protos"][j].double().numpy() for u in ups if bool(u["has"][j])])
+            if any(bool(u["has"][j]) for u in ups)
+            else np.zeros((0, dim))
+        )
         if len(held) > 1:
             labels = finch(held)
             held = np.stack([held[labels == c].mean(axis=0) for c in range(labels.max() + 1)])
@@ -77,17 +81,23 @@ def cluster_prototypes(results: Sequence[ClientResult]) -> dict[str, torch.Tenso
     for j, p in enumerate(per_class):
         protos[j, : len(p)] = torch.from_numpy(p).float()
         mask[j, : len(p)] = True
-    unbiased = torch.stack([torch.from_numpy(p.mean(axis=0)).float() if len(p) else torch.zeros(dim) for p in per_class])
+    unbiased = torch.stack(
+        [torch.from_numpy(p.mean(axis=0)).float() if len(p) else torch.zeros(dim) for p in per_class]
+    )
     return {"protos": protos, "mask": mask, "unbiased": unbiased, "has": mask.any(dim=1)}
 
 
-def fpl_loss(z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, unbiased: torch.Tensor, tau: float) -> torch.Tensor:
+def fpl_loss(
+    z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, unbiased: torch.Tensor, tau: float
+) -> torch.Tensor:
     """(1/B) Σ_i (L_CPCL,i + L_UPCL,i) over the samples whose class has prototypes (see the module docstring)."""
     cos = F.cosine_similarity(z[:, None, None, :], protos[None], dim=3) / tau  # [B, C, K]
     cos = cos.masked_fill(~mask[None], float("-inf"))
     everything = torch.logsumexp(cos.flatten(1), dim=1)
     has = mask.any(dim=1)[y]
-    own = torch.where(has[:, None], cos[torch.arange(len(y)), y], torch.zeros_like(cos[:, 0]))  # no -inf rows: no NaN gradient
+    own = torch.where(
+        has[:, None], cos[torch.arange(len(y)), y], torch.zeros_like(cos[:, 0])
+    )  # no -inf rows: no NaN gradient
     positive = torch.logsumexp(own, dim=1)
     mse = (z - unbiased[y]).pow(2).mean(dim=1)
     per = torch.where(has, everything - positive + mse, torch.zeros_like(mse))
@@ -112,7 +122,11 @@ class FPLClient(LastEpochPrototypes[FPLClientSettings]):
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits, z = forward_with_representation(self.model, x, self._use_logits)
         ce = F.cross_entropy(logits, y)
-        loss = ce if self._p is None else ce + fpl_loss(z, y, self._p["protos"], self._p["mask"], self._p["unbiased"], self.method.tau)
+        loss = (
+            ce
+            if self._p is None
+            else ce + fpl_loss(z, y, self._p["protos"], self._p["mask"], self._p["unbiased"], self.method.tau)
+        )
         return loss, {"z": z, "y": y, "logits": logits, self.TASK_LOSS: ce}
 
 
@@ -138,7 +152,9 @@ class FPL(FedAvg):
     def broadcast(self, round: int, server_state: State) -> dict:
         return {k: server_state[k] for k in ("protos", "mask", "unbiased")} if "protos" in server_state else {}
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         weights, _ = super().aggregate(round, global_weights, results, server_state)
         protos = cluster_prototypes(results)
         return weights, ({**server_state, **protos} if protos is not None else server_state)

@@ -43,7 +43,9 @@ def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor, mu_g: torch.Tensor, sigma
     return (torch.log(sigma_g / sigma) + (sigma.pow(2) + (mu - mu_g).pow(2)) / (2 * sigma_g.pow(2)) - 0.5).sum(-1)
 
 
-def draw_noise(n: int, dim: int, kind: Noise, generator: torch.Generator | None = None, device: Any = None) -> torch.Tensor:
+def draw_noise(
+    n: int, dim: int, kind: Noise, generator: torch.Generator | None = None, device: Any = None
+) -> torch.Tensor:
     """Generator noise: N(0, I) (FedCiR) or U[0, 1) (FedGen's official code)."""
     fn = torch.randn if kind == "normal" else torch.rand
     return fn(n, dim, generator=generator, device=device)
@@ -55,13 +57,17 @@ class ConditionalGenerator(nn.Module):
     def __init__(self, num_classes: int, dim: int, noise_dim: int = 32, hidden: int = 256) -> None:
         super().__init__()
         self.num_classes, self.noise_dim = num_classes, noise_dim
-        self.net = nn.Sequential(nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, dim))
+        self.net = nn.Sequential(
+            nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, dim)
+        )
 
     def forward(self, y: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([eps, F.one_hot(y, self.num_classes).to(eps.dtype)], dim=1))
 
 
-def build_generator(num_classes: int, dim: int, noise_dim: int, hidden: int, seed: int | None = None) -> ConditionalGenerator:
+def build_generator(
+    num_classes: int, dim: int, noise_dim: int, hidden: int, seed: int | None = None
+) -> ConditionalGenerator:
     """A generator built without moving the caller's global RNG; with `seed`, its initial weights come from it."""
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
@@ -69,7 +75,9 @@ def build_generator(num_classes: int, dim: int, noise_dim: int, hidden: int, see
         return ConditionalGenerator(num_classes, dim, noise_dim, hidden)
 
 
-def frozen_generator(weights: Weights, num_classes: int, dim: int, noise_dim: int, hidden: int, device: Any) -> ConditionalGenerator:
+def frozen_generator(
+    weights: Weights, num_classes: int, dim: int, noise_dim: int, hidden: int, device: Any
+) -> ConditionalGenerator:
     """The broadcast generator on a client: eval mode (BN running statistics), no gradients (spec §7.5)."""
     gen = build_generator(num_classes, dim, noise_dim, hidden)
     gen.load_state_dict(weights)
@@ -79,14 +87,24 @@ def frozen_generator(weights: Weights, num_classes: int, dim: int, noise_dim: in
     return gen
 
 
-def ensemble_loss(z: torch.Tensor, y: torch.Tensor, heads: Sequence[tuple[torch.Tensor, torch.Tensor]], coef: torch.Tensor, mode: Ensemble) -> torch.Tensor:
+def ensemble_loss(
+    z: torch.Tensor,
+    y: torch.Tensor,
+    heads: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    coef: torch.Tensor,
+    mode: Ensemble,
+) -> torch.Tensor:
     """The generator's ensemble loss (module docstring); `coef` [K, C]."""
     a = coef[:, y]  # [K, B]
     logits = torch.stack([F.linear(z, w, b) for w, b in heads])  # [K, B, C]
     if mode == "logits":
         return F.cross_entropy((a[..., None] * logits).sum(0), y)
     if mode == "mixture":
-        logp = torch.logsumexp(torch.log(a.clamp_min(1e-30)) + F.log_softmax(logits, -1).gather(-1, y.expand(len(heads), -1)[..., None])[..., 0], 0)
+        logp = torch.logsumexp(
+            torch.log(a.clamp_min(1e-30))
+            + F.log_softmax(logits, -1).gather(-1, y.expand(len(heads), -1)[..., None])[..., 0],
+            0,
+        )
         return -logp.mean()
     if mode == "per_client":
         ce = torch.stack([F.cross_entropy(client_logits, y, reduction="none") for client_logits in logits])  # [K, B]
@@ -118,7 +136,13 @@ class GeneratorFit(L.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.generator, self.mode, self.diversity, self.lr, self.weight_decay = generator, mode, diversity, lr, weight_decay
+        self.generator, self.mode, self.diversity, self.lr, self.weight_decay = (
+            generator,
+            mode,
+            diversity,
+            lr,
+            weight_decay,
+        )
         self._heads, self._coef, self._opt_state = list(heads), coef, optimizer_state
         self.losses: list[float] = []
 
@@ -139,7 +163,9 @@ class GeneratorFit(L.LightningModule):
         self._coef = self._coef.to(self.device)
 
     def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
-        opt = self.trainer.optimizers[0]  # the torch optimiser of `configure_optimizers` (Lightning's wrapper holds the same)
+        opt = self.trainer.optimizers[
+            0
+        ]  # the torch optimiser of `configure_optimizers` (Lightning's wrapper holds the same)
         for eps, y in epoch_batches:
             eps, y = eps.to(self.device), y.to(self.device)
             opt.zero_grad(set_to_none=True)
@@ -205,7 +231,13 @@ class GeneratorMethod(Method):
     def train_generator(self, ctx: ServerContext, state: State) -> tuple[State, float]:
         """E_g steps on the round's uploaded heads; a fresh generator (from the server stream) in the first round.
         Returns the new generator state and the mean loss of its steps."""
-        gen = build_generator(self.num_classes, self.dim, self.noise_dim, self.hidden, seed=None if "generator" in state else ctx.seed_for("generator/init"))
+        gen = build_generator(
+            self.num_classes,
+            self.dim,
+            self.noise_dim,
+            self.hidden,
+            seed=None if "generator" in state else ctx.seed_for("generator/init"),
+        )
         if "generator" in state:
             gen.load_state_dict(state["generator"])
         wk, bk = self._head_keys
@@ -217,7 +249,16 @@ class GeneratorMethod(Method):
         eps = draw_noise(n, self.noise_dim, self.noise, generator=rng)
         lr = self.generator_lr * self.generator_lr_decay ** (ctx.round - 1)
         coef = self.ensemble_coefficients(ctx.results)
-        fit = GeneratorFit(gen.train(), heads, coef, self.ensemble, self.diversity, lr, state.get("optimizer"), self.generator_weight_decay)
+        fit = GeneratorFit(
+            gen.train(),
+            heads,
+            coef,
+            self.ensemble,
+            self.diversity,
+            lr,
+            state.get("optimizer"),
+            self.generator_weight_decay,
+        )
         batches = EpochBatches(Split(eps, y), self.generator_batch, ctx.generator("generator/order"), epochs=1)
         ctx.fit(fit, batches, purpose="generator")
         opt_state = _cpu(fit.optimizer.state_dict())

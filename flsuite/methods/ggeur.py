@@ -100,7 +100,13 @@ def geometry(cov: torch.Tensor, top_k: int | None = None) -> Geometry:
     return Geometry(values, vectors)
 
 
-def generate(bases: torch.Tensor, shape: Geometry, per_base: int, generator: torch.Generator, eig_scale: Literal["sqrt", "lambda"] = "sqrt") -> torch.Tensor:
+def generate(
+    bases: torch.Tensor,
+    shape: Geometry,
+    per_base: int,
+    generator: torch.Generator,
+    eig_scale: Literal["sqrt", "lambda"] = "sqrt",
+) -> torch.Tensor:
     """`per_base` samples around each row of `bases`: x + Σ_m ε_m s(λ_m) ξ_m (Eq. 5), as one matrix product."""
     scale = shape.eigenvalues.sqrt() if eig_scale == "sqrt" else shape.eigenvalues
     eps = torch.randn(bases.shape[0] * per_base, scale.shape[0], generator=generator, dtype=torch.float64)
@@ -156,7 +162,9 @@ class GGEUR(SetupStage):
 
     def run(self, data: FederatedData, seed: int, query: QueryRunner | None = None) -> SetupResult:
         if data.clients[0].train.x.ndim != 2:
-            raise DataError(f"GGEUR works on embedding vectors [N, p]; the clients hold inputs of shape {list(data.input_shape)} (set data.encoder)")
+            raise DataError(
+                f"GGEUR works on embedding vectors [N, p]; the clients hold inputs of shape {list(data.input_shape)} (set data.encoder)"
+            )
         multi = self.resolved_mode(data) == "multi"
         target = self.target_per_class or (500 if multi else 2000)
         p = data.input_shape[0]
@@ -168,9 +176,13 @@ class GGEUR(SetupStage):
         client_ids = [client.client_id for client in data.clients]
         for c in progress.track(range(data.num_classes), "GGEUR", "class"):  # Eq. 4 and 5, class by class
             held = {client.client_id: client.train.x[client.train.y == c] for client in data.clients}
-            answers = ask(query, ClassStatisticsQuery(c), client_ids, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats"))
+            answers = ask(
+                query, ClassStatisticsQuery(c), client_ids, lambda k: derive_seed(seed, client=k, purpose="ggeur/stats")
+            )
             bytes_up += answers.bytes_up
-            stats = {cid: ClassStatistics(int(u["count"]), u["mean"], u["cov"]) for cid, u in answers.uploads().items() if u}
+            stats = {
+                cid: ClassStatistics(int(u["count"]), u["mean"], u["cov"]) for cid, u in answers.uploads().items() if u
+            }
             if not stats:
                 continue
             shape = geometry(pooled_covariance(list(stats.values())).cov, self.top_k)
@@ -208,7 +220,11 @@ class GGEUR(SetupStage):
             "target_per_class": target,
         }
         sent = f"{bytes_up / 2**20:,.1f} MiB up, {bytes_down / 2**20:,.1f} MiB down"
-        return SetupResult(augmented, metrics, f"{n_generated:,} embeddings generated ({'multi' if multi else 'single'}-domain, T = {target}; {sent})")
+        return SetupResult(
+            augmented,
+            metrics,
+            f"{n_generated:,} embeddings generated ({'multi' if multi else 'single'}-domain, T = {target}; {sent})",
+        )
 
 
 class ClassStatisticsQuery(ClientQuery):

@@ -75,7 +75,9 @@ class MOON(FedAvg):
     def client_settings(self) -> MoonClientSettings:
         return MoonClientSettings(self.mu, self.temperature)
 
-    def __init__(self, mu: float = 1.0, temperature: float = 0.5, weighting: Literal["samples", "uniform"] = "samples") -> None:
+    def __init__(
+        self, mu: float = 1.0, temperature: float = 0.5, weighting: Literal["samples", "uniform"] = "samples"
+    ) -> None:
         super().__init__(weighting=weighting)
         if mu < 0 or temperature <= 0:
             raise ValueError(f"MOON needs mu >= 0 and temperature > 0, got mu={mu}, temperature={temperature}")

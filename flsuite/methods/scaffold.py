@@ -129,7 +129,9 @@ class Scaffold(Method):
     #: BatchNorm statistics); the full weights are not sent.
     weights_up = "buffers"
 
-    def aggregate(self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None) -> tuple[Weights, State]:
+    def aggregate(
+        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx=None
+    ) -> tuple[Weights, State]:
         # the buffers that came (floating point): FedAvg, the rest the server's; parameters: x + η_g mean(Δy)
         new = {**global_weights, **sample_average(results)}
         m = len(results)

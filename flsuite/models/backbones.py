@@ -127,7 +127,9 @@ class ResNet10(_ResNetSpec):
 
     layers = (1, 1, 1, 1)
 
-    def __init__(self, small_input: bool = True, mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, small_input: bool = True, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
+    ) -> None:
         super().__init__(small_input, mean, std)
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -222,4 +224,6 @@ def load_imagenet_weights(model: ResNetClassifier, state_dict: dict[str, torch.T
     missing, unexpected = model.load_state_dict(weights, strict=False)
     allowed = {"fc.weight", "fc.bias", "conv1.weight"}
     if unexpected or set(missing) - allowed:
-        raise RuntimeError(f"ImageNet weights do not match the model: missing {sorted(set(missing) - allowed)}, unexpected {unexpected}")
+        raise RuntimeError(
+            f"ImageNet weights do not match the model: missing {sorted(set(missing) - allowed)}, unexpected {unexpected}"
+        )

@@ -74,7 +74,9 @@ class EfficientNetLite0(FrozenEncoder):
         }
 
     def preprocess(self, images_uint8: Tensor) -> Tensor:
-        return prepare_images(images_uint8, size=self.image_size, mean=(127.0,) * 3, std=(128.0,) * 3, device=self.device)
+        return prepare_images(
+            images_uint8, size=self.image_size, mean=(127.0,) * 3, std=(128.0,) * 3, device=self.device
+        )
 
     def encode(self, pixels: Tensor) -> Tensor:
         return self.model.extract_features(pixels.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3))

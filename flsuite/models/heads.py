@@ -108,5 +108,11 @@ class SmallCNN(ModelSpec):
                 layers.append(nn.MaxPool2d(2))
                 size //= 2
             in_ch = out_ch
-        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_ch, self.hidden), nn.ReLU(), nn.Linear(self.hidden, num_classes)]
+        layers += [
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(in_ch, self.hidden),
+            nn.ReLU(),
+            nn.Linear(self.hidden, num_classes),
+        ]
         return SequentialClassifier(*layers)

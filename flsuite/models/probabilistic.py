@@ -41,7 +41,11 @@ class ProbabilisticModel(Protocol):
 
 
 def is_probabilistic(model: nn.Module) -> TypeGuard[ProbabilisticModel]:
-    return callable(getattr(model, "encode", None)) and callable(getattr(model, "sample", None)) and isinstance(getattr(model, "head", None), nn.Linear)
+    return (
+        callable(getattr(model, "encode", None))
+        and callable(getattr(model, "sample", None))
+        and isinstance(getattr(model, "head", None), nn.Linear)
+    )
 
 
 class ProbabilisticClassifier(nn.Module):
@@ -49,7 +53,16 @@ class ProbabilisticClassifier(nn.Module):
     `head` = Linear(d, C). `forward` = head(features) except in eval mode with `eval_samples` > 1: the log of the
     mean softmax over that many draws (a fixed seed per call, so evaluation is deterministic)."""
 
-    def __init__(self, body: nn.Module, width: int, dim: int, num_classes: int, stochastic: bool, eval_samples: int, contract_body: bool) -> None:
+    def __init__(
+        self,
+        body: nn.Module,
+        width: int,
+        dim: int,
+        num_classes: int,
+        stochastic: bool,
+        eval_samples: int,
+        contract_body: bool,
+    ) -> None:
         super().__init__()
         self.body, self.stats, self.fc = body, nn.Linear(width, 2 * dim), nn.Linear(dim, num_classes)
         self.stochastic, self.eval_samples, self._contract_body = stochastic, eval_samples, contract_body
@@ -65,7 +78,9 @@ class ProbabilisticClassifier(nn.Module):
         elif _has_features(body):
             h = body.features(x)
         else:
-            raise TypeError(f"{type(body).__name__} has no features(x): a contract body is a contract model without its head")
+            raise TypeError(
+                f"{type(body).__name__} has no features(x): a contract body is a contract model without its head"
+            )
         mu, s = self.stats(h).chunk(2, dim=-1)
         return mu, F.softplus(s) + SIGMA_MIN
 
@@ -80,7 +95,10 @@ class ProbabilisticClassifier(nn.Module):
             return self.fc(self.features(x))
         mu, sigma = self.encode(x)
         g = torch.Generator(device=mu.device).manual_seed(0)
-        draws = [F.softmax(self.fc(mu + sigma * torch.randn(mu.shape, generator=g, device=mu.device, dtype=mu.dtype)), -1) for _ in range(self.eval_samples)]
+        draws = [
+            F.softmax(self.fc(mu + sigma * torch.randn(mu.shape, generator=g, device=mu.device, dtype=mu.dtype)), -1)
+            for _ in range(self.eval_samples)
+        ]
         return torch.stack(draws).mean(0).log()
 
 
@@ -91,7 +109,9 @@ def _strip_head(model: nn.Module) -> None:
         if child is head:
             setattr(model, name, nn.Identity())  # nn.Sequential too: its children are registered by name
             return
-    raise TypeError(f"{type(model).__name__}: its head is not a direct child module; cannot use it as a probabilistic encoder's body")
+    raise TypeError(
+        f"{type(model).__name__}: its head is not a direct child module; cannot use it as a probabilistic encoder's body"
+    )
 
 
 class ProbabilisticEncoder(ModelSpec):
@@ -107,7 +127,12 @@ class ProbabilisticEncoder(ModelSpec):
     """
 
     def __init__(
-        self, backbone: ModelSpec | None = None, hidden: Sequence[int] = (512,), dim: int = 512, stochastic: bool = True, eval_samples: int = 1
+        self,
+        backbone: ModelSpec | None = None,
+        hidden: Sequence[int] = (512,),
+        dim: int = 512,
+        stochastic: bool = True,
+        eval_samples: int = 1,
     ) -> None:
         if dim < 1 or eval_samples < 1:
             raise ValueError(f"{type(self).__name__}: dim and eval_samples must be >= 1, got {dim} and {eval_samples}")
@@ -126,7 +151,9 @@ class ProbabilisticEncoder(ModelSpec):
                 layers += [nn.Linear(width, h), nn.ReLU()]
                 width = h
             body = nn.Sequential(*layers)
-        return ProbabilisticClassifier(body, width, self.dim, num_classes, self.stochastic, self.eval_samples, self.backbone is not None)
+        return ProbabilisticClassifier(
+            body, width, self.dim, num_classes, self.stochastic, self.eval_samples, self.backbone is not None
+        )
 
 
 def require_encoder(model: nn.Module, who: str) -> ProbabilisticModel:

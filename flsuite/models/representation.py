@@ -47,7 +47,9 @@ def logits_as_representation(model: nn.Module) -> bool:
     return not any(p.requires_grad for p in feature_parameters(model))
 
 
-def forward_with_representation(model: nn.Module, x: torch.Tensor, use_logits: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_with_representation(
+    model: nn.Module, x: torch.Tensor, use_logits: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, representation [batch, d]) of one forward pass: `features(x)` and `head` of it, or the logits twice
     when `use_logits` (see `logits_as_representation`, which also checks the contract once per fit)."""
     split = cast(FeatureModel, model)

@@ -41,7 +41,13 @@ def trial_rows(sweep: Sweep, study: Any) -> list[dict[str, Any]]:
         }
         rows.append(row)
     order = {TrialState.COMPLETE.name: 0, TrialState.PRUNED.name: 1}
-    rows.sort(key=lambda r: (order.get(r["state"], 2), sign * r[sweep.metric] if r[sweep.metric] is not None else 0, r["trial"]))
+    rows.sort(
+        key=lambda r: (
+            order.get(r["state"], 2),
+            sign * r[sweep.metric] if r[sweep.metric] is not None else 0,
+            r["trial"],
+        )
+    )
     return rows
 
 
@@ -72,10 +78,14 @@ def write_report(sweep: Sweep, study: Any) -> dict[str, Path]:
     if complete:
         best = study.best_trial
         files["best"] = sweep.out / "best.yaml"
-        write_best_config(Path(best.user_attrs["run_dir"]) / "config.yaml", files["best"], best.number, sweep.metric, best.value)
+        write_best_config(
+            Path(best.user_attrs["run_dir"]) / "config.yaml", files["best"], best.number, sweep.metric, best.value
+        )
         lines += [
             "",
-            (f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; rerun with `flsuite fit --config {files['best']}`."),
+            (
+                f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; rerun with `flsuite fit --config {files['best']}`."
+            ),
         ]
         files.update(sweep.plots(study))
     (files["markdown"]).write_text("\n".join(lines) + "\n")
@@ -139,4 +149,7 @@ def write_best_config(config: Path, out: Path, number: int, metric: str, value: 
     cfg = yaml.safe_load(config.read_text())
     if isinstance(cfg, dict) and "run_dir" in cfg:
         cfg["run_dir"] = None
-    out.write_text(f"# Best trial {number} of the sweep ({metric} = {value:.4f}); from {config}\n" + yaml.safe_dump(cfg, sort_keys=False))
+    out.write_text(
+        f"# Best trial {number} of the sweep ({metric} = {value:.4f}); from {config}\n"
+        + yaml.safe_dump(cfg, sort_keys=False)
+    )

@@ -25,7 +25,8 @@ def same_grid(recorded: Mapping[str, Sequence[Any]], space: Mapping[str, Sequenc
         return isinstance(v, Real) and math.isnan(float(v))
 
     return set(recorded) == set(space) and all(
-        len(recorded[k]) == len(space[k]) and all(a == b or (nan(a) and nan(b)) for a, b in zip(recorded[k], space[k])) for k in recorded
+        len(recorded[k]) == len(space[k]) and all(a == b or (nan(a) and nan(b)) for a, b in zip(recorded[k], space[k]))
+        for k in recorded
     )
 
 
@@ -90,7 +91,9 @@ def pruner_for(cfg: Mapping[str, Any]):
     if not early:
         return optuna.pruners.NopPruner()
     return optuna.pruners.HyperbandPruner(
-        min_resource=early.get("min_iter", 1), max_resource=early.get("max_iter", "auto"), reduction_factor=early.get("eta", 3)
+        min_resource=early.get("min_iter", 1),
+        max_resource=early.get("max_iter", "auto"),
+        reduction_factor=early.get("eta", 3),
     )
 
 

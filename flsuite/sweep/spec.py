@@ -48,19 +48,29 @@ def load_sweep(path: Path) -> dict[str, Any]:
         raise SweepError(f"{path}: a sweep file is a mapping with method, metric, parameters and command")
     unknown = set(cfg) - TOP_LEVEL_KEYS
     if unknown:
-        raise SweepError(f"{path}: unknown top-level key(s) {sorted(unknown)}; W&B sweep keys are {sorted(TOP_LEVEL_KEYS)}")
+        raise SweepError(
+            f"{path}: unknown top-level key(s) {sorted(unknown)}; W&B sweep keys are {sorted(TOP_LEVEL_KEYS)}"
+        )
     if cfg.get("method") not in METHODS:
         raise SweepError(f"{path}: method must be one of {METHODS}, got {cfg.get('method')!r}")
     metric = cfg.get("metric")
-    if not isinstance(metric, dict) or not isinstance(metric.get("name"), str) or metric.get("goal") not in ("maximize", "minimize"):
-        raise SweepError(f"{path}: metric must be {{name: <a key flsuite logs>, goal: maximize|minimize}}, got {metric!r}")
+    if (
+        not isinstance(metric, dict)
+        or not isinstance(metric.get("name"), str)
+        or metric.get("goal") not in ("maximize", "minimize")
+    ):
+        raise SweepError(
+            f"{path}: metric must be {{name: <a key flsuite logs>, goal: maximize|minimize}}, got {metric!r}"
+        )
     params = cfg.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{path}: parameters must be a non-empty mapping of option name -> spec")
     for name, spec in params.items():
         distribution(name, spec, path)
         if cfg["method"] == "grid" and "values" not in spec and "value" not in spec:
-            raise SweepError(f"{path}: parameter {name!r}: a grid sweep needs `values` (or `value`) for every parameter")
+            raise SweepError(
+                f"{path}: parameter {name!r}: a grid sweep needs `values` (or `value`) for every parameter"
+            )
     command = cfg.get("command", ["${env}", "${interpreter}", "${program}", "${args}"])
     if not isinstance(command, list) or not all(isinstance(c, (str, int, float)) for c in command):
         raise SweepError(f"{path}: command must be a list of strings")
@@ -71,10 +81,14 @@ def load_sweep(path: Path) -> dict[str, Any]:
     early = cfg.get("early_terminate")
     if early is not None:
         if not isinstance(early, dict) or early.get("type") != "hyperband":
-            raise SweepError(f"{path}: early_terminate must be {{type: hyperband, min_iter: ..., eta: ...}}, got {early!r}")
+            raise SweepError(
+                f"{path}: early_terminate must be {{type: hyperband, min_iter: ..., eta: ...}}, got {early!r}"
+            )
         bad = {k: v for k, v in early.items() if k != "type" and not (isinstance(v, int) and v >= 1)}
         if bad or ("min_iter" not in early and "max_iter" not in early):
-            raise SweepError(f"{path}: early_terminate hyperband needs min_iter or max_iter, all positive integers, got {early!r}")
+            raise SweepError(
+                f"{path}: early_terminate hyperband needs min_iter or max_iter, all positive integers, got {early!r}"
+            )
     if "run_cap" in cfg and not (isinstance(cfg["run_cap"], int) and cfg["run_cap"] >= 1):
         raise SweepError(f"{path}: run_cap must be a positive integer")
     return cfg
@@ -86,7 +100,9 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
     if not isinstance(spec, dict):
         raise SweepError(f"{where}: a spec is a mapping (values / value / min+max), got {spec!r}")
     if "parameters" in spec:
-        raise SweepError(f"{where}: nested parameters are not supported; name the option with dots instead (e.g. method.init_args.mu)")
+        raise SweepError(
+            f"{where}: nested parameters are not supported; name the option with dots instead (e.g. method.init_args.mu)"
+        )
     if "probabilities" in spec:
         raise SweepError(f"{where}: `probabilities` is not supported by flsuite sweep")
     if "values" in spec:
@@ -94,7 +110,9 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
         if not isinstance(values, list) or not values:
             raise SweepError(f"{where}: values must be a non-empty list")
         if any(v is None or isinstance(v, (dict, list)) for v in values):
-            raise SweepError(f"{where}: values must be scalars (W&B renders null as 'None', which flsuite does not parse; use the string 'null')")
+            raise SweepError(
+                f"{where}: values must be scalars (W&B renders null as 'None', which flsuite does not parse; use the string 'null')"
+            )
         return "categorical"
     if "value" in spec:
         if spec["value"] is None or isinstance(spec["value"], (dict, list)):
@@ -108,7 +126,9 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
     default = "int_uniform" if isinstance(lo, int) and isinstance(hi, int) else "uniform"
     dist = spec.get("distribution", default)
     if dist not in ("uniform", "int_uniform", "log_uniform_values", "q_uniform"):
-        raise SweepError(f"{where}: distribution {dist!r} is not supported; use one of uniform, int_uniform, log_uniform_values, q_uniform")
+        raise SweepError(
+            f"{where}: distribution {dist!r} is not supported; use one of uniform, int_uniform, log_uniform_values, q_uniform"
+        )
     if dist == "log_uniform_values" and lo <= 0:
         raise SweepError(f"{where}: log_uniform_values needs min > 0")
     if dist == "int_uniform" and not (isinstance(lo, int) and isinstance(hi, int)):

@@ -42,7 +42,9 @@ class TrialFailed(RuntimeError):
 class Sweep:
     """One sweep folder: the optuna study in SQLite, trial run folders, logs and reports."""
 
-    def __init__(self, file: Path, out: Path, workers: int = 1, seed: int = 0, extra: Sequence[str] = (), poll_s: float = 0.5) -> None:
+    def __init__(
+        self, file: Path, out: Path, workers: int = 1, seed: int = 0, extra: Sequence[str] = (), poll_s: float = 0.5
+    ) -> None:
         self.file, self.cfg = Path(file), load_sweep(file)
         self.name = str(self.cfg.get("name") or self.file.stem)
         self.out, self.workers, self.seed, self.extra, self.poll_s = Path(out), workers, seed, list(extra), poll_s
@@ -77,7 +79,9 @@ class Sweep:
         )
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("WANDB_SWEEP_ID", "WANDB_RUN_ID", "WANDB_SWEEP_PARAM_PATH")
+        }
         env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         env.setdefault("WANDB_MODE", "offline")
         return env
@@ -191,29 +195,50 @@ class Sweep:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise SweepError(f"{self.out} is driven by another running `flsuite sweep` (lock file {self.out / 'sweep.lock'})") from None
+                raise SweepError(
+                    f"{self.out} is driven by another running `flsuite sweep` (lock file {self.out / 'sweep.lock'})"
+                ) from None
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = self.study()
             if checked := self.check_reuse(study):
                 from flsuite.provenance import code_label, code_version
 
-                log.info("sweep %s: reusing %d finished trial(s): same config and code (%s)", self.name, checked, code_label(code_version()))
+                log.info(
+                    "sweep %s: reusing %d finished trial(s): same config and code (%s)",
+                    self.name,
+                    checked,
+                    code_label(code_version()),
+                )
             requeued = self.requeue_interrupted(study)
             if requeued:
                 log.warning("re-queued trial(s) %s that were running when the sweep stopped", requeued)
-            target = trials or self.cfg.get("run_cap") or (grid_size(self.cfg) if self.cfg["method"] == "grid" else None)
+            target = (
+                trials or self.cfg.get("run_cap") or (grid_size(self.cfg) if self.cfg["method"] == "grid" else None)
+            )
             if target is None:
                 raise SweepError(f"{self.file}: a {self.cfg['method']} sweep needs --trials (or run_cap in the file)")
             finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
             remaining = max(0, target - finished)
-            log.info("sweep %s: %d of %d trials finished; running %d more with %d worker(s)", self.name, finished, target, remaining, self.workers)
+            log.info(
+                "sweep %s: %d of %d trials finished; running %d more with %d worker(s)",
+                self.name,
+                finished,
+                target,
+                remaining,
+                self.workers,
+            )
             progress = Progress(self, target, finished)
             # Re-queued trials run first and one at a time: optuna's threads can pop the same waiting trial twice.
             waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
             for n_trials, n_jobs in ((min(waiting, remaining), 1), (remaining - min(waiting, remaining), self.workers)):
                 if n_trials:
                     study.optimize(
-                        self.objective, n_trials=n_trials, n_jobs=n_jobs, catch=(TrialFailed, SweepError), gc_after_trial=False, callbacks=[progress]
+                        self.objective,
+                        n_trials=n_trials,
+                        n_jobs=n_jobs,
+                        catch=(TrialFailed, SweepError),
+                        gc_after_trial=False,
+                        callbacks=[progress],
                     )
             self.report(study)
             if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):

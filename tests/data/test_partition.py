@@ -10,7 +10,14 @@ import pytest
 
 from flsuite.data.base import DataError
 from flsuite.data.index_splits import dirichlet_partition
-from flsuite.data.partition import ClientIndices, Dirichlet, DomainSkew, LabelDomainSkew, Partitioner, drop_empty_clients
+from flsuite.data.partition import (
+    ClientIndices,
+    Dirichlet,
+    DomainSkew,
+    LabelDomainSkew,
+    Partitioner,
+    drop_empty_clients,
+)
 from flsuite.data.partition_reference import IID, Centralised
 
 C = 10

@@ -15,7 +15,19 @@ from jsonargparse._util import get_import_path
 
 from flsuite import records
 from flsuite.methods import MOVED
-from flsuite.methods.fkpl import FKPL, calibrate, cluster, clustering, costs, experts, head, model, prototypes, settings, subspace
+from flsuite.methods.fkpl import (
+    FKPL,
+    calibrate,
+    cluster,
+    clustering,
+    costs,
+    experts,
+    head,
+    model,
+    prototypes,
+    settings,
+    subspace,
+)
 from flsuite.methods.fkpl.costs import CalibrationCost, ClusterCost, CostTable, EncoderCost, ExpertCost
 from flsuite.methods.fkpl.settings import CalibrationSettings, ClusterSettings, ExpertSettings
 from flsuite.models.heads import ModelSpec

@@ -36,9 +36,16 @@ class IndexBatches:
     """A batch sampler with exactly `EpochBatches`' order: each iteration is one epoch of index tensors (or the
     `steps` batches), drawn from `generator` the same way."""
 
-    def __init__(self, n: int, batch_size: int, generator: torch.Generator, *, epochs: int, steps: int | None, drop_last: bool) -> None:
+    def __init__(
+        self, n: int, batch_size: int, generator: torch.Generator, *, epochs: int, steps: int | None, drop_last: bool
+    ) -> None:
         self._order = EpochBatches(
-            Split(torch.arange(n), torch.zeros(n, dtype=torch.long)), batch_size, generator, epochs=epochs, steps=steps, drop_last=drop_last
+            Split(torch.arange(n), torch.zeros(n, dtype=torch.long)),
+            batch_size,
+            generator,
+            epochs=epochs,
+            steps=steps,
+            drop_last=drop_last,
         )
         self.n, self.batch_size, self.steps, self.drop_last = n, batch_size, steps, drop_last
 
@@ -49,7 +56,11 @@ class IndexBatches:
     def __len__(self) -> int:
         if self.steps:
             return self.steps
-        return self.n // self.batch_size if (self.drop_last and self.n >= self.batch_size) else math.ceil(self.n / self.batch_size)
+        return (
+            self.n // self.batch_size
+            if (self.drop_last and self.n >= self.batch_size)
+            else math.ceil(self.n / self.batch_size)
+        )
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         for index, _ in self._order.epoch():
@@ -74,10 +85,16 @@ def client_batches(split: Split, local: LocalTraining, seed: int) -> tuple[Itera
     and augmentation drawn from the task seed's "batches" and "augment" streams."""
     order, augment_rng = torch_generator(seed, purpose="batches"), torch_generator(seed, purpose="augment")
     if local.loop == "standard":
-        sampler = IndexBatches(len(split), local.batch_size, order, epochs=local.epochs, steps=local.steps, drop_last=local.drop_last)
-        loader = DataLoader(SplitBatches(split, local.augment, augment_rng), sampler=sampler, batch_size=None, num_workers=0)
+        sampler = IndexBatches(
+            len(split), local.batch_size, order, epochs=local.epochs, steps=local.steps, drop_last=local.drop_last
+        )
+        loader = DataLoader(
+            SplitBatches(split, local.augment, augment_rng), sampler=sampler, batch_size=None, num_workers=0
+        )
         return loader, sampler.epochs
-    batches = EpochBatches(split, local.batch_size, order, epochs=local.epochs, steps=local.steps, drop_last=local.drop_last)
+    batches = EpochBatches(
+        split, local.batch_size, order, epochs=local.epochs, steps=local.steps, drop_last=local.drop_last
+    )
     if local.augment.enabled:
         return AugmentedEpochs(batches, local.augment, augment_rng), batches.epochs
     return batches, batches.epochs

@@ -50,7 +50,13 @@ def steps_per_fit(local: LocalTraining, num_samples: int) -> int:
 
 
 def choose_loop(
-    local: LocalTraining, input_shape: Sequence[int], step_hooks: bool, client_sizes: Sequence[int], clients_per_round: int, rounds: int, processes: int
+    local: LocalTraining,
+    input_shape: Sequence[int],
+    step_hooks: bool,
+    client_sizes: Sequence[int],
+    clients_per_round: int,
+    rounds: int,
+    processes: int,
 ) -> LoopChoice:
     """The loop for `local.loop` (see the module docstring); the run's local steps per process are estimated as
     rounds × clients per round × the mean client's steps per fit / the processes that run client fits."""
@@ -62,9 +68,13 @@ def choose_loop(
         return LoopChoice("lean", reason, requested)
 
     if local.precision != "32-true":
-        return LoopChoice("standard", f"local.precision {local.precision} (mixed precision runs on the standard loop only)", requested)
+        return LoopChoice(
+            "standard", f"local.precision {local.precision} (mixed precision runs on the standard loop only)", requested
+        )
     if len(input_shape) > 1:
-        return lean(f"inputs of shape {tuple(input_shape)} are images (the compiled path is for heads on feature vectors)")
+        return lean(
+            f"inputs of shape {tuple(input_shape)} are images (the compiled path is for heads on feature vectors)"
+        )
     if local.optimizer != "sgd":
         return lean(f"local.optimizer {local.optimizer} (the compiled path scans plain SGD's steps only)")
     if step_hooks:
@@ -72,8 +82,14 @@ def choose_loop(
     mean_steps = sum(steps_per_fit(local, n) for n in client_sizes) / max(len(client_sizes), 1)
     steps = round(rounds * clients_per_round * mean_steps / max(processes, 1))
     if steps < COMPILE_PAYS_FROM_STEPS:
-        return lean(f"~{steps:,} local steps per process, fewer than the {COMPILE_PAYS_FROM_STEPS:,} that pay a compilation")
-    return LoopChoice("compiled", f"a head on feature vectors, plain SGD, ~{steps:,} local steps per process (>= {COMPILE_PAYS_FROM_STEPS:,})", requested)
+        return lean(
+            f"~{steps:,} local steps per process, fewer than the {COMPILE_PAYS_FROM_STEPS:,} that pay a compilation"
+        )
+    return LoopChoice(
+        "compiled",
+        f"a head on feature vectors, plain SGD, ~{steps:,} local steps per process (>= {COMPILE_PAYS_FROM_STEPS:,})",
+        requested,
+    )
 
 
 def resolved(local: LocalTraining, choice: LoopChoice) -> LocalTraining:

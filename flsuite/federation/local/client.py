@@ -125,7 +125,9 @@ def load_task_weights(model: nn.Module, task: ClientTask, transport: Transport) 
     missing, unexpected = model.load_state_dict(weights, strict=False)
     absent = sorted(set(missing) - transport.kept)
     if absent or unexpected:
-        raise RuntimeError(f"client {task.client_id}'s task does not fit its model: missing {absent}, unexpected {sorted(unexpected)}")
+        raise RuntimeError(
+            f"client {task.client_id}'s task does not fit its model: missing {absent}, unexpected {sorted(unexpected)}"
+        )
 
 
 def client_result(client: ClientModule, fit: FitStatistics, transport: Transport, num_samples: int) -> ClientResult:

@@ -114,7 +114,12 @@ def scans_sgd(client: ClientModule, optimizer: torch.optim.Optimizer) -> bool:
     """Whether a fit can run its runs of full batches as one scanned call each: the optimiser is torch's plain SGD
     with nothing around its step (`is_wrapper_free_sgd`, one parameter group) and the method
     declares no step hooks (`ClientModule.step_hooks`), so there is nothing to call between two steps."""
-    return scan is not None and is_wrapper_free_sgd(optimizer) and len(optimizer.param_groups) == 1 and not client.step_hooks
+    return (
+        scan is not None
+        and is_wrapper_free_sgd(optimizer)
+        and len(optimizer.param_groups) == 1
+        and not client.step_hooks
+    )
 
 
 def stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -123,7 +128,10 @@ def stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     first = tensors[0]
     size, storage, offset = first.numel(), first.untyped_storage().data_ptr(), first.storage_offset()
     if offset == 0 and all(
-        t.is_contiguous() and t.shape == first.shape and t.storage_offset() == i * size and t.untyped_storage().data_ptr() == storage
+        t.is_contiguous()
+        and t.shape == first.shape
+        and t.storage_offset() == i * size
+        and t.untyped_storage().data_ptr() == storage
         for i, t in enumerate(tensors)
     ):
         return first.as_strided((len(tensors), *first.shape), (size, *first.stride()), 0)
@@ -151,7 +159,9 @@ class CompiledSteps:
         return self.scans and bool(self.backward.reached) and self.backward.layout not in _UNSCANNED
 
     def epoch(
-        self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], one_step: Callable[[torch.Tensor, torch.Tensor, Callable], torch.Tensor]
+        self,
+        batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        one_step: Callable[[torch.Tensor, torch.Tensor, Callable], torch.Tensor],
     ) -> list[torch.Tensor]:
         """Train on `batches`; `one_step(x, y, backward)` is the lean loop's step with a given backward. Returns the
         losses, in step order, as 1-d tensors."""
@@ -191,7 +201,9 @@ class CompiledSteps:
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
-            params, buffers, grads, losses, statistics = compiled_sgd_steps(layout)(self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys)
+            params, buffers, grads, losses, statistics = compiled_sgd_steps(layout)(
+                self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys
+            )
         except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
             logger.warning(

@@ -99,7 +99,9 @@ class LocalFit(L.LightningModule):
                     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 stepped.append(one_step(x, y, lean))
             losses = torch.stack(stepped) if stepped else None
-        if losses is not None:  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
+        if (
+            losses is not None
+        ):  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
             fit.add_loss(losses.double().cumsum(0)[-1].cpu())
         return None
 

@@ -32,7 +32,9 @@ def _loss_grad_and_value(loss_module: _LocalLoss) -> Callable:
     """(params, x, y) → (∇_params loss, (loss, statistics)): the client's loss as a function of the parameters it is
     given; the statistics are an auxiliary output, not differentiated."""
 
-    def loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return torch.func.functional_call(loss_module, p, (x, y))
 
     return torch.func.grad_and_value(loss, has_aux=True)

@@ -90,6 +90,9 @@ def is_wrapper_free_sgd(optimizer: torch.optim.Optimizer) -> bool:
     if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
         return False
     return all(
-        not group.get("differentiable", True) and not group.get("fused") and not group.get("foreach") and all(p.device.type == "cpu" for p in group["params"])
+        not group.get("differentiable", True)
+        and not group.get("fused")
+        and not group.get("foreach")
+        and all(p.device.type == "cpu" for p in group["params"])
         for group in optimizer.param_groups
     )

@@ -133,7 +133,11 @@ class FKPL(FedAvg):
     ) -> None:
         options = dict(locals())  # the defaults above are the stage settings' own
         super().__init__("samples")
-        self.stage0, self.stage1, self.stage2 = ClusterSettings.of(options), ExpertSettings.of(options), CalibrationSettings.of(options)
+        self.stage0, self.stage1, self.stage2 = (
+            ClusterSettings.of(options),
+            ExpertSettings.of(options),
+            CalibrationSettings.of(options),
+        )
 
     def subspace_query(self) -> SubspaceBasis:
         """Stage 0's client query as configured (the run, experiments/fkpl_stage0.py and the config tests use it)."""

@@ -26,7 +26,14 @@ from flsuite.methods.fkpl.costs import CalibrationCost, ClusterCost, CostTable, 
 from flsuite.methods.fkpl.experts import Experts, expert_cost
 from flsuite.methods.fkpl.head import FederatedHead, fit_head, personal_heads
 from flsuite.methods.fkpl.model import ConcatExperts, ConcatModel, encoder_weights, head_keys
-from flsuite.methods.fkpl.prototypes import DomainPrototypes, PrototypeQuery, VirtualFeatureQuery, VirtualFeatures, domain_prototypes, pool_features
+from flsuite.methods.fkpl.prototypes import (
+    DomainPrototypes,
+    PrototypeQuery,
+    VirtualFeatureQuery,
+    VirtualFeatures,
+    domain_prototypes,
+    pool_features,
+)
 from flsuite.methods.fkpl.settings import CalibrationSettings
 from flsuite.metrics import evaluate_federation
 from flsuite.models.representation import check_contract
@@ -104,18 +111,29 @@ class Calibrate(Phase):
         experts = Experts.read(ctx, self.experts)
         with torch.random.fork_rng(devices=[]):
             dropped = head_keys(ctx.settings.model.build(ctx.data.input_shape, ctx.data.num_classes))
-        return FrozenExperts(Clusters.read(ctx, self.clusters).labels, experts, encoder_weights(experts.weights, dropped))
+        return FrozenExperts(
+            Clusters.read(ctx, self.clusters).labels, experts, encoder_weights(experts.weights, dropped)
+        )
 
     def costs_before(self, ctx: RunContext, frozen: FrozenExperts) -> CostTable:
         """Stages 0 and I from what they committed, and F sent to every client once (M·V·P_f)."""
         stage0 = ClusterCost.read(ctx.records(self.clusters)[0], ctx.timings(self.clusters)[0])
-        return CostTable(stage0, expert_cost(ctx, frozen.experts), EncoderCost.of(len(ctx.data.clients), frozen.encoder))
+        return CostTable(
+            stage0, expert_cost(ctx, frozen.experts), EncoderCost.of(len(ctx.data.clients), frozen.encoder)
+        )
 
     def federated_head(self, ctx: RunContext, frozen: FrozenExperts) -> Rounds:
         """The Table-5 control: rounds of FedAvg over the head only, F frozen, metrics under "head/"."""
         model = ConcatExperts(ctx.settings.model, frozen.count, frozen.encoder)
         rounds = self.settings.head_rounds
-        return Rounds(name=f"{self.name}/head", rounds=rounds, model=model, method=FederatedHead("samples"), server_steps=[], prefix=records.FKPL_HEAD_PREFIX)
+        return Rounds(
+            name=f"{self.name}/head",
+            rounds=rounds,
+            model=model,
+            method=FederatedHead("samples"),
+            server_steps=[],
+            prefix=records.FKPL_HEAD_PREFIX,
+        )
 
     def server_head(self, ctx: RunContext, frozen: FrozenExperts, table: CostTable) -> CostTable:
         """PCC: the two exchanges, the server head, head ∘ F evaluated; commits the phase's record (with the costs)."""
@@ -123,7 +141,9 @@ class Calibrate(Phase):
         features = exchanges.features
         t0 = time.perf_counter()
         server = ctx.server_context(0)
-        head, loss = fit_head(server, Split(features.x, features.y), ctx.data.num_classes, self.settings, purpose="fkpl/head")
+        head, loss = fit_head(
+            server, Split(features.x, features.y), ctx.data.num_classes, self.settings, purpose="fkpl/head"
+        )
         t_head = time.perf_counter() - t0
         metrics = self.evaluate(ctx, server, frozen, head, features)
         ctx.publish(self.name, {"head": head})
@@ -137,15 +157,27 @@ class Calibrate(Phase):
         """Local prototypes up → domain prototypes down → virtual features up, each answered once, F sent with both."""
         ctx.use(ConcatExperts(ctx.settings.model, frozen.count, with_head=False), FedAvg())
         labels, num_classes = frozen.labels, ctx.data.num_classes
-        protos = ctx.query_once(self.name, "prototypes", PrototypeQuery(), lambda o: domain_prototypes(o, labels, num_classes), weights=frozen.encoder)
+        protos = ctx.query_once(
+            self.name,
+            "prototypes",
+            PrototypeQuery(),
+            lambda o: domain_prototypes(o, labels, num_classes),
+            weights=frozen.encoder,
+        )
         broadcast = DomainPrototypes.read(protos.value).broadcast(labels)
         query = VirtualFeatureQuery.of(self.settings)
-        virtual = ctx.query_once(self.name, "virtual", query, lambda o: pool_features(o, labels), broadcast=broadcast, weights=frozen.encoder)
+        virtual = ctx.query_once(
+            self.name, "virtual", query, lambda o: pool_features(o, labels), broadcast=broadcast, weights=frozen.encoder
+        )
         return Exchanges(protos, virtual)
 
-    def evaluate(self, ctx: RunContext, server: ServerContext, frozen: FrozenExperts, head: Weights, features: VirtualFeatures) -> dict[str, Any]:
+    def evaluate(
+        self, ctx: RunContext, server: ServerContext, frozen: FrozenExperts, head: Weights, features: VirtualFeatures
+    ) -> dict[str, Any]:
         """head ∘ F per domain (and the personalised heads when asked)."""
-        model = ConcatExperts(ctx.settings.model, frozen.count, frozen.encoder).build(ctx.data.input_shape, ctx.data.num_classes)
+        model = ConcatExperts(ctx.settings.model, frozen.count, frozen.encoder).build(
+            ctx.data.input_shape, ctx.data.num_classes
+        )
         check_contract(model).head.load_state_dict(head)
         metrics: dict[str, Any] = evaluate_federation(model, ctx.data, device=ctx.settings.eval_device)
         if self.settings.personalized_heads:
@@ -160,5 +192,9 @@ class Calibrate(Phase):
 
     def summary_records(self, history) -> list[dict[str, Any]]:
         if self.settings.head == "federated":
-            return [records.without_prefix(r, records.FKPL_HEAD_PREFIX) for r in history if r.get(records.PHASE) == f"{self.name}/head"]
+            return [
+                records.without_prefix(r, records.FKPL_HEAD_PREFIX)
+                for r in history
+                if r.get(records.PHASE) == f"{self.name}/head"
+            ]
         return [r for r in history if r.get(records.PHASE) == self.name]

@@ -59,7 +59,9 @@ def cluster(angles: np.ndarray, threshold: float, linkage: Linkage = "average") 
     if linkage == "weighted":
         raw = weighted_linkage(angles, threshold)
     elif linkage == "average":
-        raw = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average", distance_threshold=threshold).fit_predict(angles)
+        raw = AgglomerativeClustering(
+            n_clusters=None, metric="precomputed", linkage="average", distance_threshold=threshold
+        ).fit_predict(angles)
     else:
         raise ValueError(f"linkage must be 'average' or 'weighted', got {linkage!r}")
     order: dict[int, int] = {}
@@ -98,7 +100,9 @@ def purity(labels: Sequence[int], domains: Sequence[str]) -> float:
     return total / len(labels)
 
 
-def threshold_scan(angles: np.ndarray, domains: Sequence[str], thresholds: Sequence[float], linkage: Linkage = "average") -> list[dict[str, float]]:
+def threshold_scan(
+    angles: np.ndarray, domains: Sequence[str], thresholds: Sequence[float], linkage: Linkage = "average"
+) -> list[dict[str, float]]:
     """Threshold → number of clusters V → purity, for the clustering study (cheap: the angles are already known)."""
     rows = []
     for t in thresholds:

@@ -19,7 +19,15 @@ from flsuite import records
 from flsuite.federation.phases import Phase
 from flsuite.federation.query import QueryOutcome
 from flsuite.federation.state import QueryAnswer
-from flsuite.methods.fkpl.cluster import angle_matrix, cluster, default_scan, members, plot_angles, purity, threshold_scan
+from flsuite.methods.fkpl.cluster import (
+    angle_matrix,
+    cluster,
+    default_scan,
+    members,
+    plot_angles,
+    purity,
+    threshold_scan,
+)
 from flsuite.methods.fkpl.costs import ClusterCost, scalars
 from flsuite.methods.fkpl.settings import ClusterSettings
 from flsuite.methods.fkpl.subspace import SubspaceBasis
@@ -56,7 +64,12 @@ class Clusters:
 
     def published(self) -> dict[str, Any]:
         """As `ctx.publish` keeps it (tensors and plain containers; also fkpl_clusters.json)."""
-        out: dict[str, Any] = {"labels": self.labels, "clusters": self.members, "purity": self.purity, "domains": self.domains}
+        out: dict[str, Any] = {
+            "labels": self.labels,
+            "clusters": self.members,
+            "purity": self.purity,
+            "domains": self.domains,
+        }
         if self.angles is not None:
             out.update(angles=torch.tensor(self.angles), scan=self.scan)
         return out
@@ -84,8 +97,16 @@ class ClusterClients(Phase):
         t0 = time.perf_counter()
         labels = self.assign(angles, domains)
         t_cluster = time.perf_counter() - t0
-        cost = ClusterCost(0, 0, 0.0, t_cluster) if answer is None else ClusterCost(answer.bytes_up, answer.value["scalars"], answer.seconds, t_cluster)
-        scan = None if angles is None else threshold_scan(angles, domains, default_scan(angles, self.settings.threshold), self.settings.linkage)
+        cost = (
+            ClusterCost(0, 0, 0.0, t_cluster)
+            if answer is None
+            else ClusterCost(answer.bytes_up, answer.value["scalars"], answer.seconds, t_cluster)
+        )
+        scan = (
+            None
+            if angles is None
+            else threshold_scan(angles, domains, default_scan(angles, self.settings.threshold), self.settings.linkage)
+        )
         self.commit(ctx, Clusters(labels, domains, purity(labels, domains), angles, scan), cost)
 
     def ask_bases(self, ctx: RunContext) -> QueryAnswer:
@@ -113,7 +134,9 @@ class ClusterClients(Phase):
             plot_angles(clusters.angles, clusters.domains, clusters.labels, ctx.artifact("fkpl_angles.png"))
         published = clusters.published()
         ctx.publish(self.name, published)
-        text = json.dumps({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in published.items()}, indent=1)
+        text = json.dumps(
+            {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in published.items()}, indent=1
+        )
         ctx.artifact("fkpl_clusters.json").write_text(text + "\n")
         found = {
             records.FKPL_NUM_CLUSTERS: clusters.count,

@@ -63,7 +63,10 @@ class ClusterCost:
         return {records.FKPL_STAGE0_BYTES_UP: self.bytes_up, records.FKPL_STAGE0_SCALARS_UP: self.scalars_up}
 
     def times(self) -> dict[str, float]:
-        return {records.FKPL_STAGE0_PREPROCESS_SECONDS: self.preprocess_s, records.FKPL_STAGE0_CLUSTER_SECONDS: self.cluster_s}
+        return {
+            records.FKPL_STAGE0_PREPROCESS_SECONDS: self.preprocess_s,
+            records.FKPL_STAGE0_CLUSTER_SECONDS: self.cluster_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,9 @@ class ExpertCost:
     seconds: float
 
     @classmethod
-    def of(cls, rounds: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]], weights: Sequence[Weights]) -> ExpertCost:
+    def of(
+        cls, rounds: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]], weights: Sequence[Weights]
+    ) -> ExpertCost:
         """From the experts' round records and timings under the plain names (`records.without_prefix`)."""
         return cls(
             bytes_up=sum(r[records.BYTES_UP] for r in rounds),
@@ -172,9 +177,15 @@ class CostTable:
 
     def setup(self) -> dict[str, Any]:
         """For setup.json and the W&B summary: each stage's counts and times, under `fkpl/`."""
-        return {f"{records.FKPL_SUMMARY_PREFIX}{k}": v for part in self.parts() for k, v in {**part.counts(), **part.times()}.items()}
+        return {
+            f"{records.FKPL_SUMMARY_PREFIX}{k}": v
+            for part in self.parts()
+            for k, v in {**part.counts(), **part.times()}.items()
+        }
 
 
 def cost_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     """The cost table's counts in Stage II's record, under `fkpl/` (summary.json; wall times: timings.jsonl)."""
-    return {f"{records.FKPL_SUMMARY_PREFIX}{k}": v for k, v in record.items() if k.startswith(records.FKPL_STAGE_PREFIXES)}
+    return {
+        f"{records.FKPL_SUMMARY_PREFIX}{k}": v for k, v in record.items() if k.startswith(records.FKPL_STAGE_PREFIXES)
+    }

@@ -69,7 +69,9 @@ class TrainExperts(Phase):
         experts = self.experts(ctx)
         for phase in experts:
             ctx.run_nested(phase, inside=self.name)
-        ctx.publish(self.name, Experts([p.name for p in experts], [ctx.outputs(p.name)["weights"] for p in experts]).published())
+        ctx.publish(
+            self.name, Experts([p.name for p in experts], [ctx.outputs(p.name)["weights"] for p in experts]).published()
+        )
 
     def experts(self, ctx: RunContext) -> list[Rounds]:
         """One FedAvg phase per cluster of Stage 0."""
@@ -79,6 +81,14 @@ class TrainExperts(Phase):
 def expert_cost(ctx: RunContext, experts: Experts) -> ExpertCost:
     """Stage I's cost from the round records and timings the engine wrote for each expert, under its prefix."""
     prefixes = [records.fkpl_expert_prefix(v) for v in range(len(experts.phases))]
-    rounds = [records.without_prefix(r, p) for name, p in zip(experts.phases, prefixes, strict=True) for r in ctx.records(name)]
-    timings = [records.without_prefix(t, p) for name, p in zip(experts.phases, prefixes, strict=True) for t in ctx.timings(name)]
+    rounds = [
+        records.without_prefix(r, p)
+        for name, p in zip(experts.phases, prefixes, strict=True)
+        for r in ctx.records(name)
+    ]
+    timings = [
+        records.without_prefix(t, p)
+        for name, p in zip(experts.phases, prefixes, strict=True)
+        for t in ctx.timings(name)
+    ]
     return ExpertCost.of(rounds, timings, experts.weights)

@@ -21,7 +21,9 @@ from flsuite.metrics import evaluate
 from flsuite.models.heads import Linear
 
 
-def fit_head(server: ServerContext, split: Split, num_classes: int, settings: CalibrationSettings, purpose: str) -> tuple[Weights, float]:
+def fit_head(
+    server: ServerContext, split: Split, num_classes: int, settings: CalibrationSettings, purpose: str
+) -> tuple[Weights, float]:
     """A linear head (with bias) trained with CE on `split` for `head_epochs` epochs as a server-side Lightning fit."""
     local = LocalTraining(
         epochs=settings.head_epochs,
@@ -33,13 +35,23 @@ def fit_head(server: ServerContext, split: Split, num_classes: int, settings: Ca
     )
     torch.manual_seed(server.seed_for(f"{purpose}/init"))
     model = Linear().build(tuple(split.x.shape[1:]), num_classes)
-    fit = server.train(model, EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs), local, purpose)
+    fit = server.train(
+        model,
+        EpochBatches(split, local.batch_size, server.generator(f"{purpose}/batches"), epochs=local.epochs),
+        local,
+        purpose,
+    )
     w = clone_weights(model.state_dict())
     return {"weight": w["1.weight"], "bias": w["1.bias"]}, fit.mean_loss
 
 
 def personal_heads(
-    server: ServerContext, model: ConcatModel, data: FederatedData, features: VirtualFeatures, labels: list[int], settings: CalibrationSettings
+    server: ServerContext,
+    model: ConcatModel,
+    data: FederatedData,
+    features: VirtualFeatures,
+    labels: list[int],
+    settings: CalibrationSettings,
 ) -> dict[str, float]:
     """Per-cluster heads on that cluster's virtual features (Fig. 6): pcluster<v>/acc/<domain>, and personal/acc/<d>
     with each domain served by the head of the cluster holding most of its clients. `model`'s head is left as the last
@@ -47,9 +59,16 @@ def personal_heads(
     out: dict[str, float] = {}
     for v in range(max(labels) + 1):
         mask = features.cluster == v
-        head, _ = fit_head(server, Split(features.x[mask], features.y[mask]), data.num_classes, settings, purpose=f"fkpl/head{v}")
+        head, _ = fit_head(
+            server, Split(features.x[mask], features.y[mask]), data.num_classes, settings, purpose=f"fkpl/head{v}"
+        )
         model.head.load_state_dict(head)  # type: ignore[union-attr]
-        out.update({f"{records.fkpl_cluster_head_prefix(v)}{k}": val for k, val in evaluate(model, data.test, data.num_classes).items()})
+        out.update(
+            {
+                f"{records.fkpl_cluster_head_prefix(v)}{k}": val
+                for k, val in evaluate(model, data.test, data.num_classes).items()
+            }
+        )
     domains = [c.domain for c in data.clients]
     personal = f"{records.FKPL_PERSONAL_PREFIX}{records.ACC_PREFIX}"
     for d in data.test:
@@ -66,9 +85,16 @@ class FederatedHead(FedAvg):
     only the head travels each round."""
 
     def aggregate(
-        self, round: int, global_weights: Weights, results: Sequence[ClientResult], server_state: State, ctx: ServerContext | None = None
+        self,
+        round: int,
+        global_weights: Weights,
+        results: Sequence[ClientResult],
+        server_state: State,
+        ctx: ServerContext | None = None,
     ) -> tuple[Weights, State]:
-        trained = weighted_average([self.travelling(r.weights, "trainable") for r in results], self.aggregation_coefficients(results))
+        trained = weighted_average(
+            [self.travelling(r.weights, "trainable") for r in results], self.aggregation_coefficients(results)
+        )
         return {**global_weights, **trained}, server_state
 
     weights_up = weights_down = "trainable"

@@ -37,7 +37,9 @@ def _drop_head(expert: nn.Module) -> None:
 class ConcatModel(nn.Module):
     """Frozen concatenated encoders (`features`) and an optional trainable linear `head`."""
 
-    def __init__(self, experts: list[nn.Module], input_shape: tuple[int, ...], num_classes: int, with_head: bool) -> None:
+    def __init__(
+        self, experts: list[nn.Module], input_shape: tuple[int, ...], num_classes: int, with_head: bool
+    ) -> None:
         super().__init__()
         for e in experts:
             _drop_head(e)
@@ -57,7 +59,9 @@ class ConcatModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.head is None:
-            raise RuntimeError("this ConcatModel was built without a head (Stage II's client queries use features only)")
+            raise RuntimeError(
+                "this ConcatModel was built without a head (Stage II's client queries use features only)"
+            )
         return self.head(self.features(x))
 
 
@@ -86,17 +90,26 @@ class ConcatExperts(ModelSpec):
         with_head: Add the trainable linear head over F (d_V → classes).
     """
 
-    def __init__(self, expert: ModelSpec, num_experts: int, weights: Weights | None = None, with_head: bool = True) -> None:
+    def __init__(
+        self, expert: ModelSpec, num_experts: int, weights: Weights | None = None, with_head: bool = True
+    ) -> None:
         if num_experts < 1:
             raise ValueError(f"ConcatExperts needs num_experts >= 1, got {num_experts}")
         self.expert, self.num_experts, self.weights, self.with_head = expert, num_experts, weights, with_head
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-        model = ConcatModel([self.expert.build(input_shape, num_classes) for _ in range(self.num_experts)], input_shape, num_classes, self.with_head)
+        model = ConcatModel(
+            [self.expert.build(input_shape, num_classes) for _ in range(self.num_experts)],
+            input_shape,
+            num_classes,
+            self.with_head,
+        )
         if self.weights is not None:
             missing, unexpected = model.load_state_dict(self.weights, strict=False)
             if unexpected or [k for k in missing if not k.startswith("head.")]:
-                raise ValueError(f"ConcatExperts: encoder weights do not fit (missing {missing}, unexpected {unexpected})")
+                raise ValueError(
+                    f"ConcatExperts: encoder weights do not fit (missing {missing}, unexpected {unexpected})"
+                )
         return model
 
 
@@ -106,4 +119,8 @@ def encode(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Te
     if not isinstance(model, ConcatModel):
         raise TypeError(f"FKPL encodes with the concatenated experts (ConcatExperts), got {type(model).__name__}")
     model.eval()
-    return torch.cat([model.features(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]) if len(x) else x.new_zeros(0)
+    return (
+        torch.cat([model.features(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+        if len(x)
+        else x.new_zeros(0)
+    )

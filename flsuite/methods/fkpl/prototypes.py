@@ -39,12 +39,28 @@ class VirtualFeatureQuery(ClientQuery):
 
     name = "fkpl/virtual"
 
-    def __init__(self, a: float, b: float, lam_on: LamOn, partner: Partner, per_sample: int, lam_decimals: int | None = None) -> None:
-        self.a, self.b, self.lam_on, self.partner, self.per_sample, self.lam_decimals = a, b, lam_on, partner, per_sample, lam_decimals
+    def __init__(
+        self, a: float, b: float, lam_on: LamOn, partner: Partner, per_sample: int, lam_decimals: int | None = None
+    ) -> None:
+        self.a, self.b, self.lam_on, self.partner, self.per_sample, self.lam_decimals = (
+            a,
+            b,
+            lam_on,
+            partner,
+            per_sample,
+            lam_decimals,
+        )
 
     @classmethod
     def of(cls, settings: CalibrationSettings) -> VirtualFeatureQuery:
-        return cls(settings.a, settings.b, settings.lam_on, settings.partner, settings.virtual_per_sample, settings.lam_decimals)
+        return cls(
+            settings.a,
+            settings.b,
+            settings.lam_on,
+            settings.partner,
+            settings.virtual_per_sample,
+            settings.lam_decimals,
+        )
 
     def lam(self, n: int, gen: torch.Generator) -> torch.Tensor:
         """n draws of λ ~ U(a, b), [n, 1]."""

@@ -104,7 +104,13 @@ class ExpertSettings(StageSettings):
     expert_init: ExpertInit = "shared"
 
     def __post_init__(self) -> None:
-        check("Stage I", [at_least("expert_rounds", self.expert_rounds, 1, null=True), one_of("expert_init", self.expert_init, ExpertInit)])
+        check(
+            "Stage I",
+            [
+                at_least("expert_rounds", self.expert_rounds, 1, null=True),
+                one_of("expert_init", self.expert_init, ExpertInit),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -133,13 +139,18 @@ class CalibrationSettings(StageSettings):
             "Stage II",
             [
                 one_of("head", self.head, Head),
-                None if 0.0 <= self.a <= self.b <= 1.0 else f"a and b must satisfy 0 <= a <= b <= 1, got a = {self.a}, b = {self.b}",
+                None
+                if 0.0 <= self.a <= self.b <= 1.0
+                else f"a and b must satisfy 0 <= a <= b <= 1, got a = {self.a}, b = {self.b}",
                 one_of("lam_on", self.lam_on, LamOn),
                 None
                 if decimals is None or (isinstance(decimals, int) and decimals >= 0)
                 else f"lam_decimals must be an integer >= 0 or null, got {decimals!r}",
                 one_of("partner", self.partner, Partner),
-                *(at_least(key, getattr(self, key), 1) for key in ("head_epochs", "head_batch_size", "virtual_per_sample")),
+                *(
+                    at_least(key, getattr(self, key), 1)
+                    for key in ("head_epochs", "head_batch_size", "virtual_per_sample")
+                ),
                 None if self.head_lr > 0 else f"head_lr must be > 0, got {self.head_lr!r}",
                 at_least("head_rounds", self.head_rounds, 1, null=True),
             ],

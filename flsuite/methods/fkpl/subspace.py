@@ -77,10 +77,14 @@ def class_budget(counts: Sequence[int], budget: int, rule: ClassBudget = "counts
     return round_to_budget([w / sum(weights) * budget for w in weights], budget)
 
 
-def stage0_inputs(x: torch.Tensor, size: int | None, augment: bool, normalize: bool, generator: torch.Generator) -> torch.Tensor:
+def stage0_inputs(
+    x: torch.Tensor, size: int | None, augment: bool, normalize: bool, generator: torch.Generator
+) -> torch.Tensor:
     """Stage 0's view of a client's images [N, C, H, W] in [0, 1]: resized, augmented, normalised (each optional)."""
     if (size or augment or normalize) and x.ndim != 4:
-        raise ValueError(f"FKPL stage0_size/stage0_augment/stage0_normalize need image inputs [N, C, H, W], got {list(x.shape)}")
+        raise ValueError(
+            f"FKPL stage0_size/stage0_augment/stage0_normalize need image inputs [N, C, H, W], got {list(x.shape)}"
+        )
     if size is not None and tuple(x.shape[-2:]) != (size, size):
         x = F.interpolate(x.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     if augment:
@@ -113,7 +117,14 @@ class SubspaceBasis(ClientQuery):
     @classmethod
     def of(cls, settings: ClusterSettings) -> SubspaceBasis:
         """Stage 0's query as `settings` configure it (the run, experiments/fkpl_stage0.py and the config tests use it)."""
-        return cls(settings.basis, settings.per_class, settings.class_budget, settings.stage0_size, settings.stage0_augment, settings.stage0_normalize)
+        return cls(
+            settings.basis,
+            settings.per_class,
+            settings.class_budget,
+            settings.stage0_size,
+            settings.stage0_augment,
+            settings.stage0_normalize,
+        )
 
     def compute(self, client, task: QueryTask | None, model) -> dict[str, Any]:
         seed = task.seed if task is not None else derive_seed(0, client=client.client_id, purpose=f"query/{self.name}")
@@ -123,13 +134,19 @@ class SubspaceBasis(ClientQuery):
         y = client.train.y
         classes, counts = torch.unique(y, return_counts=True)
         per = class_budget(counts.tolist(), self.p, self.budget)
-        return {"basis": torch.cat([subspace_basis(x[y == c], k) for c, k in zip(classes, per, strict=True) if k > 0], dim=1)}
+        return {
+            "basis": torch.cat(
+                [subspace_basis(x[y == c], k) for c, k in zip(classes, per, strict=True) if k > 0], dim=1
+            )
+        }
 
 
 def client_basis(client: ClientData, query: SubspaceBasis, seed: int) -> torch.Tensor:
     """One client's upload as a run with master seed `seed` computes it (the same derived task seed), without a run."""
     k = client.client_id
-    return query.compute(client, QueryTask(k, derive_seed(seed, client=k, purpose=f"query/{query.name}"), query), None)["basis"]
+    return query.compute(client, QueryTask(k, derive_seed(seed, client=k, purpose=f"query/{query.name}"), query), None)[
+        "basis"
+    ]
 
 
 def client_bases(data: FederatedData, query: SubspaceBasis, seed: int) -> list[torch.Tensor]:
