@@ -10,13 +10,13 @@ measurement in a fresh process that applies `flsuite.runtime.ThreadPolicy` as `f
   beside, all threads   what a run did before the policy (torch's default: all cores) beside the same competitor.
 Reported: beside / alone (target <= 2.5 on 2 cores) and default / min(1 thread, all threads) alone (target <= 1.10).
 
-Part 2, the round against its limit. FedAvg's clients on cached features (3 clients, Linear(1280, 10), 10 local
-epochs at batch 16, 1 thread) five ways, alternated in one process: flsuite's `run_client` with the default
-`local.loop: lean` and with `local.loop: compiled` (an epoch's full batches as one compiled call), a hand-written autograd
-loop (same batches, same torch SGD, `zero_grad()`/`step()`), the autograd floor (the same loop on the bare tensors
-with torch's functional SGD: no nn.Module, no optimiser wrapper), and the loop with the softmax-cross-entropy gradient
-in closed form (no autograd, no torch.optim). Reported: each / closed form (issue 16's target for flsuite: <= 1.5;
-met by `local.loop: compiled`, docs/performance.md).
+Part 2, the round against its limit. FedAvg's clients on cached features (3 clients, Linear(1280, 10), 10 local epochs
+at batch 16, 1 thread) five ways, alternated in one process: flsuite's `run_client` with the default `local.loop: lean`
+and with `local.loop: compiled` (an epoch's full batches as one compiled call), a hand-written autograd loop (same
+batches, same torch SGD, `zero_grad()`/`step()`), the autograd floor (the same loop on the bare tensors with torch's
+functional SGD: no nn.Module, no optimiser wrapper), and the loop with the softmax-cross-entropy gradient in closed form
+(no autograd, no torch.optim). Reported: each / closed form (issue 16's target for flsuite: <= 1.5; met by `local.loop:
+compiled`, docs/performance.md).
 
 Shared machines are noisy: every number is a median over `--reps` alternated repetitions; only ratios measured side
 by side mean anything.

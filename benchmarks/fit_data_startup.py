@@ -2,12 +2,13 @@
 
     python benchmarks/fit_data_startup.py [--config configs/fkpl/pacs_effnet.yaml] [--reps 3]
 
-Each side is a fresh process that parses the config as `flsuite fit` does and builds the run's federation and its
-data: "build" as before the index was consulted (`flsuite.fit_data.build_federation`: the encoder built, every image
-decoded and hashed to find its cache entries), "index" as `flsuite fit` does now (`flsuite.fit_data.fit_federation`: on a
-hit no image decoded, no encoder built). An untimed `flsuite features --config CONFIG` comes first (it fills the cache
-and records the index); an "index" process that misses says so (a flsuite edit meanwhile changes the fingerprint). Prints, per process, the seconds from the parsed config to the built data (imports and parser
-excluded, they are the same on both sides) and the whole process's wall time, and the load average before and after.
+Each side is a fresh process that parses the config as `flsuite fit` does and builds the run's federation and its data:
+"build" as before the index was consulted (`flsuite.fit_data.build_federation`: the encoder built, every image decoded
+and hashed to find its cache entries), "index" as `flsuite fit` does now (`flsuite.fit_data.fit_federation`: on a hit no
+image decoded, no encoder built). An untimed `flsuite features --config CONFIG` comes first (it fills the cache and
+records the index); an "index" process that misses says so (a flsuite edit meanwhile changes the fingerprint). Prints,
+per process, the seconds from the parsed config to the built data (imports and parser excluded, they are the same on
+both sides) and the whole process's wall time, and the load average before and after.
 """
 
 from __future__ import annotations

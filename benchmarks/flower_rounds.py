@@ -1,4 +1,5 @@
-"""Flower 1.42's per-round wall time for a small FedAvg federation with a plain torch client (the reference for flsuite).
+"""Flower 1.42's per-round wall time for a small FedAvg federation with a plain torch client (the reference for
+flsuite).
 
 The federation: `torch.nn.Linear(1280, 10)` on cached features, one Flower SuperNode per client in DATA.pt, every client
 in every round (FedAvg, fraction 1.0, min nodes = number of clients, weighted by n_k), no federated evaluation. Each
@@ -32,8 +33,8 @@ cloudpickle sends them to the actors by reference and the module-level cache sur
 loaded once per actor process (each actor may serve any client), not per round; the JSON reports the loads and their
 cost. What does travel every round is the Message (global weights in, updated weights out) and the Context.
 
-    pip install -e . "flwr[simulation]==1.42.0"   # a separate venv: Flower and flsuite (for flsuite.seeding)
-    python benchmarks/flower_rounds.py --data DATA.pt --rounds 10 --out OUT.json [--parallel 2] [--make_data] [--verbose]
+    pip install -e . "flwr[simulation]==1.42.0"   # a separate venv: Flower and flsuite (for flsuite.seeding) python
+    benchmarks/flower_rounds.py --data DATA.pt --rounds 10 --out OUT.json [--parallel 2] [--make_data] [--verbose]
 
 The script sets RAY_USAGE_STATS_ENABLED=0, HF_HUB_OFFLINE=1 and FLWR_TELEMETRY_ENABLED=0 itself (unless already set).
 With FLOWER_KEEP_FREED_MEMORY=1 every process that imports it (the driver and the Ray actors) first applies
@@ -203,7 +204,8 @@ def make_server_app(
 
 
 def backend_config(parallel: int) -> dict[str, Any]:
-    """One CPU per client and `parallel` CPUs for Ray: `parallel` actors train side by side; no dashboard, quiet logs."""
+    """One CPU per client and `parallel` CPUs for Ray: `parallel` actors train side by side; no dashboard, quiet
+    logs."""
     init_args = {
         "num_cpus": parallel,
         "num_gpus": 0,
@@ -275,7 +277,8 @@ def summarise(strategy: TimedFedAvg) -> dict[str, Any]:
 def simulate(
     data_path: str, data: dict[str, Any], rounds: int, parallel: int
 ) -> tuple[TimedFedAvg, dict[str, ArrayRecord], float, float]:
-    """Run the federation; returns the strategy (with its stamps), the final arrays, run_simulation's start and wall time."""
+    """Run the federation; returns the strategy (with its stamps), the final arrays, run_simulation's start and wall
+    time."""
     strategy, result = TimedFedAvg(len(data["clients"])), dict[str, ArrayRecord]()
     server_app = make_server_app(strategy, data_path, rounds, int(data["seed"]), result)
     t0 = time.perf_counter()

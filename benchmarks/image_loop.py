@@ -2,13 +2,13 @@
 
     python benchmarks/image_loop.py --samples 512 --epochs 2 --repeats 3
 
-ResNet-10 (FKPL's small-input stem) on 32×32×3 inputs, 10 classes, batch 32, SGD (momentum 0.9, weight decay 5e-4),
-all the process's torch threads. Each repetition runs, alternated, one client fit through flsuite (`run_client`,
-`local.loop: standard`: one Lightning `Trainer.fit`, automatic optimisation) and the bare loop (`zero_grad → forward
-→ loss → backward → step` over the same batches in the same order), in fp32 and, where the CPU has bf16 support,
-with `bf16-mixed` (flsuite) against `torch.autocast("cpu", torch.bfloat16)` (bare); the bare loop also in
-channels_last memory format. Reported: seconds per fit (median of the repetitions) and the ratios to the bare loop and to
-the fastest bare variant.
+ResNet-10 (FKPL's small-input stem) on 32×32×3 inputs, 10 classes, batch 32, SGD (momentum 0.9, weight decay 5e-4), all
+the process's torch threads. Each repetition runs, alternated, one client fit through flsuite (`run_client`,
+`local.loop: standard`: one Lightning `Trainer.fit`, automatic optimisation) and the bare loop (`zero_grad → forward →
+loss → backward → step` over the same batches in the same order), in fp32 and, where the CPU has bf16 support, with
+`bf16-mixed` (flsuite) against `torch.autocast("cpu", torch.bfloat16)` (bare); the bare loop also in channels_last
+memory format. Reported: seconds per fit (median of the repetitions) and the ratios to the bare loop and to the fastest
+bare variant.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Per-round times come from each run's timings.jsonl (`time/clients_s` = the execu
 `time/round_s` = the whole round incl. aggregation and evaluation). Ray's worker start-up happens once per run
 (in `executor.start`) and is reported separately. Shared machines are noisy: compare ratios, run more rounds.
 
-    python benchmarks/ray_executor.py [--num_cpus 2] [--rounds 3] [--epochs 3] [--overhead_rounds 10] [--reps 2] [--skip_cnn]
+    python benchmarks/ray_executor.py [--num_cpus 2] [--rounds 3] [--epochs 3] [--overhead_rounds 10] [--reps 2]
+    [--skip_cnn]
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ thresholds at which the configured linkage recovers the true domains exactly (V 
 
     python experiments/fkpl_stage0.py configs/fkpl/*.yaml [--out docs/results/fkpl_stage0.md] [--step 0.1] [--ablate]
         [--fit-args '--seed 1']
-    (an entry "base.yaml+overlay.yaml" composes configs, as repeated --config does: e.g. +configs/fkpl/stage0_official.yaml)
+    (an entry "base.yaml+overlay.yaml" composes configs, as repeated --config does: e.g.
+    +configs/fkpl/stage0_official.yaml)
 
 Seconds per config (an SVD per client); a config whose data is not on this machine is reported as such.
 """

@@ -38,7 +38,8 @@ def seed_values(variant: Path, metric: str) -> dict[str, float]:
 
 
 def paired_row(runs: Path, pair: str, metric: str, codes: dict | None = None) -> str:
-    """The pair's table row; the code version of each run it reads goes into `codes` (run folder -> code; when given)."""
+    """The pair's table row; the code version of each run it reads goes into `codes` (run folder -> code; when
+    given)."""
     left, sep, right = (part.strip() for part in pair.partition(" - "))
     if not sep or not left or not right:
         raise SystemExit(f"paired.py: a pair is 'A - B' (two variant folders of {runs}), got {pair!r}")

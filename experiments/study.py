@@ -12,22 +12,23 @@ Each run goes to `runs/<name>/<variant>/seed<k>`. A folder that already holds a 
 experiment (`flsuite.provenance.same_experiment`): its config.yaml equals the run's resolved config (but where it is
 written and logged) and its environment.json records the code this study runs (package version, git commit, and
 identical uncommitted changes, if any). Then a finished run is reused and a killed one continued (`--resume`), so a
-killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and
-the run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted first, one seed at a time (`flsuite features`), so parallel
-workers only read the cache. Workers run with one torch thread each. The runs run in `--workers` warm processes
-(`flsuite.pool.WarmPool`: each imports torch, Lightning and flsuite once, at the first run it takes, and then
-runs up to `--runs_per_worker` runs, each as `flsuite fit` would in a fresh process: its own environment, log, seed
-streams, thread policy, run folder and W&B run); a run whose worker dies fails alone (exit 137, the worker replaced).
-`--fresh_processes` runs every run as a `flsuite fit` process of its own instead (as before the pool). The table is `flsuite compare`'s (flsuite/compare/)
-with the variants as labels: per variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across
-domains of the last-k means), rounds to target, bytes and seconds per round, as mean ± std over seeds.
-Extra `flsuite fit` flags for every run can follow `--`; a study whose finished runs were given other flags (read from
-each run's environment.json) stops before running anything, since its table would mix settings (e.g. 50 and 100
-rounds). A variant's list may also hold `--key=value` flags for that variant alone, in order with its overlays, so a
-grid needs no overlay files: "FedProx [mu 0.1]=configs/baselines/fedprox.yaml,--method.init_args.mu=0.1".
+killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and the
+run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted
+first, one seed at a time (`flsuite features`), so parallel workers only read the cache. Workers run with one torch
+thread each. The runs run in `--workers` warm processes (`flsuite.pool.WarmPool`: each imports torch, Lightning and
+flsuite once, at the first run it takes, and then runs up to `--runs_per_worker` runs, each as `flsuite fit` would in a
+fresh process: its own environment, log, seed streams, thread policy, run folder and W&B run); a run whose worker dies
+fails alone (exit 137, the worker replaced). `--fresh_processes` runs every run as a `flsuite fit` process of its own
+instead (as before the pool). The table is `flsuite compare`'s (flsuite/compare/) with the variants as labels: per
+variant, each domain's last-k-round accuracy, AVG, STD (population and sample, across domains of the last-k means),
+rounds to target, bytes and seconds per round, as mean ± std over seeds. Extra `flsuite fit` flags for every run can
+follow `--`; a study whose finished runs were given other flags (read from each run's environment.json) stops before
+running anything, since its table would mix settings (e.g. 50 and 100 rounds). A variant's list may also hold
+`--key=value` flags for that variant alone, in order with its overlays, so a grid needs no overlay files: "FedProx [mu
+0.1]=configs/baselines/fedprox.yaml,--method.init_args.mu=0.1".
 
-Training noise on fixed clients (issue 38): `--train_seeds T1 T2 ...` runs every `--seeds` value as a data seed with each
-training seed (`--seed S --train_seed T`, README "Two seeds"), into `runs/<name>/<variant>/seed<S>-train<T>`; the
+Training noise on fixed clients (issue 38): `--train_seeds T1 T2 ...` runs every `--seeds` value as a data seed with
+each training seed (`--seed S --train_seed T`, README "Two seeds"), into `runs/<name>/<variant>/seed<S>-train<T>`; the
 table then averages over the (data seed × training seed) grid and pairs runs by both seeds.
 
 Selection on validation data (`--select_on val`, the suite's tuning policy, docs/results.md "Tuning policy"): the

@@ -185,7 +185,8 @@ def interrupted_message(err: BaseException) -> str:
 
 
 def run_tool(name: str, argv: list[str], debug: bool) -> int:
-    """Run `flsuite sweep|compare`: user errors as one paragraph (exit 2), Ctrl-C as 130 (a sweep resumes when rerun)."""
+    """Run `flsuite sweep|compare`: user errors as one paragraph (exit 2), Ctrl-C as 130 (a sweep resumes when
+    rerun)."""
     module = importlib.import_module(TOOLS[name][0])
     try:
         return int(module.main(argv) or 0)

@@ -21,8 +21,8 @@ Decisions:
   `last_k` and `target_acc` (they change summary.json), `threads` and `local.accelerator`/`eval_device` (they change
   the last bits), and a key present on one side only (an option added since: the commits differ anyway).
 - A resumed run (`flsuite fit --resume`) keeps the code that began it under `code` and appends each resume's code to
-  `resumes` (`flsuite.run_environment.resumed_environment`). A run resumed under other code than it began with was made by
-  more than one code version: `recorded_code` marks it (`resumed_by`, shown by `code_label`), `same_experiment` never
+  `resumes` (`flsuite.run_environment.resumed_environment`). A run resumed under other code than it began with was made
+  by more than one code version: `recorded_code` marks it (`resumed_by`, shown by `code_label`), `same_experiment` never
   reuses it and `code_mix` counts it apart.
 """
 

@@ -68,12 +68,12 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
 def resumed_environment(
     previous: Mapping[str, Any] | None, now: Mapping[str, Any], resumed_at: Mapping[str, int]
 ) -> dict[str, Any]:
-    """environment.json after `flsuite fit --resume` (decision, issue 38): the record of the run's start is kept as
-    it was (its `code`, `versions`, `argv`, seeds, `local_loop`: the code that began the run) and the resume is
-    appended to `resumes` — its code, versions, command line, threads, the loop it trains with (`local_loop`) and
-    where it continued (`resumed_at`: phase, round). A run resumed under other code is so recorded, not refused (a killed run can be salvaged), and
-    `flsuite.provenance` treats it as made by more than one code version. A folder without a readable record (from
-    before environment.json) starts from `now`."""
+    """environment.json after `flsuite fit --resume` (decision, issue 38): the record of the run's start is kept as it
+    was (its `code`, `versions`, `argv`, seeds, `local_loop`: the code that began the run) and the resume is appended to
+    `resumes` — its code, versions, command line, threads, the loop it trains with (`local_loop`) and where it continued
+    (`resumed_at`: phase, round). A run resumed under other code is so recorded, not refused (a killed run can be
+    salvaged), and `flsuite.provenance` treats it as made by more than one code version. A folder without a readable
+    record (from before environment.json) starts from `now`."""
     base = dict(previous) if previous else {k: v for k, v in now.items() if k != "code"}
     entry = {k: now[k] for k in ("code", "versions", "argv", "threads", "local_loop") if k in now} | dict(resumed_at)
     return base | {"resumes": [*base.get("resumes", []), entry]}

@@ -9,7 +9,8 @@ Decisions:
   (nothing in it is touched) unless the run is resumed; `config.yaml` is then written with exclusive creation, so of two
   runs racing for one fresh `--run_dir` the second stops.
 - A new run's folder is created only once its data is built and its setup stages ran (`Federation._fit`): a run that
-  fails before that leaves no folder and no W&B run; a `--run_dir` holding a run is still refused first, before any work.
+  fails before that leaves no folder and no W&B run; a `--run_dir` holding a run is still refused first, before any
+  work.
 - `--resume` compares the new resolved config with the checkpointed one, key by key (dotted keys). Keys that only say
   how or where a run is executed and recorded are allowed (`ALLOWED_CHANGES`, plus `rounds` when extended); every
   other difference (seed, data, model, method, local, setup, sampling, evaluation cadence, ... and any key unknown

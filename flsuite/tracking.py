@@ -3,11 +3,10 @@
 Named `tracking` rather than `logging` so that it never shadows the standard library's module.
 
 Run folder layout:
-    config.yaml       resolved config (written by the CLI)      environment.json  seeds, versions, code, command line (+ resumes)
-    partition.json    samples per client per class               partition.png     its heat-map
-    setup.json        setup-stage metrics (e.g. GGEUR bytes)
-    metrics.jsonl     one record per round (deterministic)       timings.jsonl     wall time per round
-    summary.json      final numbers                              results.md        per-domain table
+    config.yaml       resolved config (written by the CLI)      environment.json  seeds, versions, code, command line (+
+    resumes) partition.json    samples per client per class               partition.png     its heat-map setup.json
+    setup-stage metrics (e.g. GGEUR bytes) metrics.jsonl     one record per round (deterministic)       timings.jsonl
+    wall time per round summary.json      final numbers                              results.md        per-domain table
     convergence.png   accuracy per round                         checkpoints/last.pt
 """
 

@@ -38,10 +38,11 @@ Decisions:
 - Convergence: acc_mean per round, the mean over runs as a line and mean ± std over runs shaded, every group on one
   PNG, over the rounds all of a group's runs evaluated.
 - Paired differences (with two or more groups): every group's AVG minus the reference group's (`--reference LABEL`,
-  default the first row), over the seeds both ran (pairs: runs with the same data and training seeds, `flsuite.seeding.config_seeds`,
-  and the same other `*_seed` keys; a seed pair run twice in a group counts once, its runs averaged): the mean, its standard error (sample std of the
-  differences / √pairs) and the 95 % interval mean ± t(0.975, pairs − 1) · SE (Student's t, scipy); a difference whose
-  interval holds 0 is marked "not resolved", and so is one with a single pair (no interval).
+  default the first row), over the seeds both ran (pairs: runs with the same data and training seeds,
+  `flsuite.seeding.config_seeds`, and the same other `*_seed` keys; a seed pair run twice in a group counts once, its
+  runs averaged): the mean, its standard error (sample std of the differences / √pairs) and the 95 % interval mean ±
+  t(0.975, pairs − 1) · SE (Student's t, scipy); a difference whose interval holds 0 is marked "not resolved", and so is
+  one with a single pair (no interval).
 - Code versions: when the runs of the table come from more than one code version (environment.json `code`: the git
   commit and any uncommitted changes, `flsuite.provenance`), a warning under the header names each and how many runs
   it made; runs made before the code version was recorded count as "no commit recorded".

@@ -95,7 +95,8 @@ def run_traffic(run: Run) -> tuple[float, float]:
 
 
 def run_rounds(run: Run) -> int | None:
-    """The rounds a run ran: the last round in its metrics.jsonl, else its config's `rounds` (None when neither says)."""
+    """The rounds a run ran: the last round in its metrics.jsonl, else its config's `rounds` (None when neither
+    says)."""
     rounds = [int(r[ROUND]) for r in run.history if ROUND in r]
     if rounds:
         return max(rounds)

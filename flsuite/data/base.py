@@ -125,8 +125,8 @@ class EpochBatches:
     """Pre-sliced in-memory mini-batches for one client's local fit.
 
     Iterating yields one item per local epoch: the list of (x, y) batches of that epoch, drawn with `generator`.
-    Lightning therefore runs one `training_step` per epoch and the client module loops over the batches itself,
-    which keeps per-batch framework overhead out of the hot path (docs/performance.md, "Frozen-feature rounds"). With `steps`,
+    Lightning therefore runs one `training_step` per epoch and the client module loops over the batches itself, which
+    keeps per-batch framework overhead out of the hot path (docs/performance.md, "Frozen-feature rounds"). With `steps`,
     a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
     """
 

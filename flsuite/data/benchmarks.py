@@ -186,7 +186,8 @@ class Benchmark(DataSource):
             data.train_rows = _capped(
                 data.train_rows, self.max_train_per_domain, numpy_rng(seed, purpose=f"train_subset/{domain}")
             )
-            # The test cap draws from a fixed stream: with an official test set, every run seed is scored on the same subset.
+            # The test cap draws from a fixed stream: with an official test set, every run seed is scored on the same
+            # subset.
             data.test_rows = _capped(
                 data.test_rows, self.max_test_per_domain, numpy_rng(0, purpose=f"test_subset/{domain}")
             )
@@ -220,7 +221,8 @@ class Benchmark(DataSource):
         return Split(x, labels)
 
     def source_folders(self) -> list[Path] | None:
-        """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); None for the others."""
+        """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); None for the
+        others."""
         return [data_path(self.root)] if self.suite in FOLDER_SUITES else None
 
     def layout(self, seed: int) -> BenchmarkLayout:
@@ -258,7 +260,8 @@ class Benchmark(DataSource):
         layout = self.layout(seed)
         domains = layout.domains
         # Only what clients hold is embedded/converted (a 10% client of MNIST needs 6,000 images, not 60,000), once per
-        # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per client).
+        # domain: each client's split is a slice of its domain's (the cache file is read and written once, not per
+        # client).
         used = {
             d: np.unique(np.concatenate([rows for c, rows in layout.clients if c == d]))
             for d in dict.fromkeys(c for c, _ in layout.clients)

@@ -3,9 +3,9 @@
 After a build that embedded (or found cached) every image it needs, `flsuite features` writes one entry in
 `<cache_dir>/index/<key>.json`, under two keys:
 
-- the *request*: the resolved config's `data`, data seed (`data_seed`, else `seed`) and `validation`, the working directory, `$FLSUITE_DATA` and
-  `$FLSUITE_CACHE` (what decides which files are read and which rows embedded), and the stats of any file the config
-  names (e.g. a local encoder checkpoint);
+- the *request*: the resolved config's `data`, data seed (`data_seed`, else `seed`) and `validation`, the working
+  directory, `$FLSUITE_DATA` and `$FLSUITE_CACHE` (what decides which files are read and which rows embedded), and the
+  stats of any file the config names (e.g. a local encoder checkpoint);
 - the *command line*: its arguments and those same places, the bytes of its `--config` files and the stats of any file
   they or the arguments name, so that `flsuite features` can look it up before any parser (torch, Lightning) is built.
 

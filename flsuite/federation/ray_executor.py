@@ -55,8 +55,8 @@ class RayExecutor(Executor):
         gpus_per_client: GPUs reserved per worker (fractions share a GPU); set `local.accelerator: gpu` to use them.
         max_retries: Extra attempts for a client task that raises or whose worker dies.
         torch_threads: Intra-op threads of each worker's torch: "auto" (`flsuite.runtime.ThreadPolicy` over the
-            worker's `cpus_per_client`: one thread per 0.1 GFLOP of a batch's forward pass, at most `floor(cpus_per_client)`),
-            a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
+            worker's `cpus_per_client`: one thread per 0.1 GFLOP of a batch's forward pass, at most
+            `floor(cpus_per_client)`), a count, or 0 (torch's default). The FLSUITE_THREADS variable overrides it.
         spread: Place the workers (and any replacement) across the cluster's nodes (Ray's "SPREAD" scheduling)
             instead of Ray's default, which fills the driver's node first.
         keep_workers: On a Ray this executor did not start (the caller's `ray.init`), leave the workers idle at
@@ -147,7 +147,8 @@ class RayExecutor(Executor):
 
     @staticmethod
     def _wait_up(ray, calls: dict[Any, Any], failure: str) -> list[Any]:
-        """The workers whose call in `calls` ({ref: worker}) returned within the start timeout; the others are stopped."""
+        """The workers whose call in `calls` ({ref: worker}) returned within the start timeout; the others are
+        stopped."""
         if not calls:
             return []
         done, pending = ray.wait(list(calls), num_returns=len(calls), timeout=_READY_TIMEOUT_S)

@@ -191,7 +191,8 @@ class Federation:
         return ClientEnvironment(fed, self.model, HyperParameters(self.method), self.local, self.seeds.train)
 
     def settings(self, local: LocalTraining | None = None) -> RunSettings:
-        """What the phases read of this run; `local`: the local training with its loop chosen (default: as configured)."""
+        """What the phases read of this run; `local`: the local training with its loop chosen (default: as
+        configured)."""
         return RunSettings(
             seed=self.seeds.train,
             data_seed=self.seeds.data,

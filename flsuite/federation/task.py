@@ -47,16 +47,16 @@ class LocalTraining:
         drop_last: Drop the last incomplete batch of each epoch.
         accelerator: Lightning accelerator used inside client fits ("cpu", "gpu", "auto").
         loop: "auto" (default): decided once per run (flsuite.federation.local.choice, logged and recorded in
-            environment.json): "compiled" for a head on feature vectors with plain SGD, no step hooks and enough
-            local steps to pay the compilation, "standard" with mixed precision, else "lean". "lean": one
-            `training_step` per epoch over pre-sliced in-memory batches with manual optimisation, for tiny
-            frozen-feature heads, bit for bit the loop of earlier releases; "standard": Lightning's per-batch automatic optimisation
-            through a DataLoader (same batch order), for end-to-end image models and mixed precision; "compiled":
-            the lean loop with its steps compiled (flsuite.federation.local.compiled): with plain SGD and a method without
-            step hooks, each epoch's run of full batches is one compiled call (gradients and updates of all its
-            steps), else one compiled forward-and-backward per batch; after a one-off compilation per process, the
-            same training up to the last bits (not a bit-identical rerun of a lean run), for methods whose local
-            loss dynamo captures whole. Speed and accuracy against the lean loop: docs/performance.md.
+            environment.json): "compiled" for a head on feature vectors with plain SGD, no step hooks and enough local
+            steps to pay the compilation, "standard" with mixed precision, else "lean". "lean": one `training_step` per
+            epoch over pre-sliced in-memory batches with manual optimisation, for tiny frozen-feature heads, bit for bit
+            the loop of earlier releases; "standard": Lightning's per-batch automatic optimisation through a DataLoader
+            (same batch order), for end-to-end image models and mixed precision; "compiled": the lean loop with its
+            steps compiled (flsuite.federation.local.compiled): with plain SGD and a method without step hooks, each
+            epoch's run of full batches is one compiled call (gradients and updates of all its steps), else one compiled
+            forward-and-backward per batch; after a one-off compilation per process, the same training up to the last
+            bits (not a bit-identical rerun of a lean run), for methods whose local loss dynamo captures whole. Speed
+            and accuracy against the lean loop: docs/performance.md.
         precision: Lightning precision of client fits ("32-true", or "16-mixed"/"bf16-mixed" with loop "standard").
         augment: Per-batch training augmentation of image inputs (random crop with padding, horizontal flip), drawn
             from the task's seeded "augment" stream; off by default.

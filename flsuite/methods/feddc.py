@@ -1,8 +1,8 @@
 """FedDC (Gao et al., CVPR 2022, "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling and
 Correction"), in the form of its official code (gaoliang13/FedDC); one of FedEGG's baselines (Tables 2-3).
 
-Client k keeps a local drift h_k and a gradient state c_k (zeros at first); the server keeps c and the mean drift
-h̄ = (1/N) Σ_{all k} h_k (it can, since it receives every θ_k). In round t, from the global weights w, client k minimises
+Client k keeps a local drift h_k and a gradient state c_k (zeros at first); the server keeps c and the mean drift h̄ =
+(1/N) Σ_{all k} h_k (it can, since it receives every θ_k). In round t, from the global weights w, client k minimises
     L_k(θ) + α/2 ‖θ − (w − h_k)‖² + ⟨θ, c − c_k⟩
 for K local steps at rate η, then, with Δ_k = θ_k − w:
     h_k ← h_k + Δ_k,      c_k⁺ = c_k − c − Δ_k / (K η)            (as SCAFFOLD's option II)

@@ -2,11 +2,11 @@
 Gaussian noise whose variance combines the client's batch and the federation's shared statistics.
 
 Client k, each local step, at each of its layers (default: the representation z = `model.features(x)`, the model
-contract's: an MLP head's hidden features, the input embedding for a linear head; or named submodules' outputs,
-e.g. a CNN's blocks, as the official networks): with probability p (one draw per batch and layer) z is replaced by FFA's
-x̂ = γ ⊙ (z − μ)/σ + β, β ~ N(μ, (γ_μ + 1) Σ²_μ), γ ~ N(σ, (γ_σ + 1) Σ²_σ) (`flsuite.methods.fedfa_layer`: μ, σ per
-sample and channel, Σ² their batch variances, γ_μ, γ_σ the adaptive weights of the shared variances Σ²_μ̄, Σ²_σ̄);
-the loss is the model's CE. Every step also updates, per layer, the running statistics the client started the round with:
+contract's: an MLP head's hidden features, the input embedding for a linear head; or named submodules' outputs, e.g. a
+CNN's blocks, as the official networks): with probability p (one draw per batch and layer) z is replaced by FFA's x̂ = γ
+⊙ (z − μ)/σ + β, β ~ N(μ, (γ_μ + 1) Σ²_μ), γ ~ N(σ, (γ_σ + 1) Σ²_σ) (`flsuite.methods.fedfa_layer`: μ, σ per sample and
+channel, Σ² their batch variances, γ_μ, γ_σ the adaptive weights of the shared variances Σ²_μ̄, Σ²_σ̄); the loss is the
+model's CE. Every step also updates, per layer, the running statistics the client started the round with:
     μ̄ ← α μ̄ + (1 − α) mean_b μ_b,    σ̄ ← α σ̄ + (1 − α) mean_b σ_b          (momentum α = 0.99)
 and uploads (μ̄^k, σ̄^k) [C] per layer (float32) besides its weights. Server, after FedAvg on the weights, per layer:
     μ̄ ← Σ_k w_k μ̄^k,  σ̄ ← Σ_k w_k σ̄^k         (the aggregation's weights, as the official code averages them)

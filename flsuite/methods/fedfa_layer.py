@@ -60,8 +60,8 @@ def ffa(
     eps: float = 1e-6,
     form: VarianceForm = "paper",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """x̂ (module docstring) with the standard-normal draws ε_μ = `draw_mean`, ε_σ = `draw_std` [B, C]; returns it and the
-    statistics the client keeps: the batch means of μ and σ [C], and the mean Gaussian std of μ (a scalar)."""
+    """x̂ (module docstring) with the standard-normal draws ε_μ = `draw_mean`, ε_σ = `draw_std` [B, C]; returns it and
+    the statistics the client keeps: the batch means of μ and σ [C], and the mean Gaussian std of μ (a scalar)."""
     mu, sigma = instance_statistics(x, eps, form)
     std_mu = gaussian_std(batch_variance(mu, eps, form), shared_mean, eps)
     std_sigma = gaussian_std(batch_variance(sigma, eps, form), shared_std, eps)

@@ -32,7 +32,8 @@ from flsuite.models.representation import ClassSums, forward_with_representation
 def prototype_contrastive_loss(
     z: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, has: torch.Tensor, tau: float = 1.0
 ) -> torch.Tensor:
-    """L_pc over a batch: cross-entropy of cos(z, c_j)/τ over the classes j with a prototype; mean over all B samples."""
+    """L_pc over a batch: cross-entropy of cos(z, c_j)/τ over the classes j with a prototype; mean over all B
+    samples."""
     logits = F.cosine_similarity(z[:, None, :], protos[None, :, :], dim=2) / tau  # [B, C]
     logits = logits.masked_fill(~has[None, :], float("-inf"))
     mask = has[y]

@@ -193,10 +193,10 @@ class GeneratorMethod(Method):
     that `super()` here is FedAvg's): the head's state-dict keys from the model contract, the generator's training
     after FedAvg aggregation (`server_update`), its checkpointed state.
 
-    Subclasses set `noise_dim`, `hidden`, `generator_steps`, `generator_batch`, `generator_lr`, `ensemble`,
-    `diversity`, `noise` (and optionally `generator_weight_decay`, Adam's L2 term, and `generator_lr_decay` γ_g:
-    round t trains at generator_lr · γ_g^(t−1), the official FedGen's ExponentialLR stepped once per round) and implement `active()` (False: no generator at all, exactly FedAvg) and
-    `ensemble_coefficients(results) -> [K, C]`."""
+    Subclasses set `noise_dim`, `hidden`, `generator_steps`, `generator_batch`, `generator_lr`, `ensemble`, `diversity`,
+    `noise` (and optionally `generator_weight_decay`, Adam's L2 term, and `generator_lr_decay` γ_g: round t trains at
+    generator_lr · γ_g^(t−1), the official FedGen's ExponentialLR stepped once per round) and implement `active()`
+    (False: no generator at all, exactly FedAvg) and `ensemble_coefficients(results) -> [K, C]`."""
 
     noise_dim: int
     hidden: int

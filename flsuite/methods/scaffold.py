@@ -83,7 +83,8 @@ class ScaffoldClient(ClientModule[ScaffoldClientSettings]):
         self._new_c_i = new_c_i
 
     def steps_taken(self, num_steps: int) -> float:
-        """K (textbook) or K_eff for SGD with momentum after `num_steps` steps: the divisor of (x − y)/η_l in option II."""
+        """K (textbook) or K_eff for SGD with momentum after `num_steps` steps: the divisor of (x − y)/η_l in option
+        II."""
         steps = max(num_steps, 1)
         momentum = self.local.sgd_momentum
         return effective_steps(steps, momentum) if self.method.effective_steps else float(steps)

@@ -1,11 +1,11 @@
 """Trainable models, selected in YAML with `class_path`. Each spec builds a fresh `nn.Module` for the data's input
 shape and class count, so one config works on any dataset.
 
-Every built model follows the model contract (`flsuite.models.representation`): `features(x)` [batch, d] and a
-linear `head`, with `model(x) == model.head(model.features(x))`. The heads here and `SmallCNN` are
-`SequentialClassifier`s, so their state-dict keys ("0.weight", …) and parameter order are those of a plain
-`nn.Sequential`: checkpoints written before the contract existed load unchanged. Trainable image backbones (ResNet-10/18)
-are in `flsuite.models.backbones`."""
+Every built model follows the model contract (`flsuite.models.representation`): `features(x)` [batch, d] and a linear
+`head`, with `model(x) == model.head(model.features(x))`. The heads here and `SmallCNN` are `SequentialClassifier`s, so
+their state-dict keys ("0.weight", …) and parameter order are those of a plain `nn.Sequential`: checkpoints written
+before the contract existed load unchanged. Trainable image backbones (ResNet-10/18) are in
+`flsuite.models.backbones`."""
 
 from __future__ import annotations
 

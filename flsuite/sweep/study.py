@@ -62,7 +62,8 @@ class Sweep:
         from flsuite import sweep as package
 
         direction = "maximize" if self.cfg["metric"]["goal"] == "maximize" else "minimize"
-        # workers are threads of this process (each drives one trial process); a long SQLite timeout rides out their writes
+        # workers are threads of this process (each drives one trial process); a long SQLite timeout rides out their
+        # writes
         self.storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
         # A resumed random/bayes sweep seeds its sampler past the trials it already has, so it does not replay them.
         # Grid keeps its seed: GridSampler shuffles the grid with it and records visited points by their index.

@@ -1,2 +1,2 @@
-"""One client fit: the environment and `run_client` (client.py), the lean and standard loops (loops.py), the compiled loop
-(compiled.py), the wrapper-free SGD calls (sgd.py), and the batches each loop iterates (batches.py)."""
+"""One client fit: the environment and `run_client` (client.py), the lean and standard loops (loops.py), the compiled
+loop (compiled.py), the wrapper-free SGD calls (sgd.py), and the batches each loop iterates (batches.py)."""

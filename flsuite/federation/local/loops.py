@@ -106,7 +106,8 @@ class LocalFit(L.LightningModule):
         return None
 
     def _probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """The client's `probe` on the fit's first batch, before its first step (every loop; isolated: `steps.probe`)."""
+        """The client's `probe` on the fit's first batch, before its first step (every loop; isolated:
+        `steps.probe`)."""
         self._probed = True
         probe(self.client, x.to(self.device), y.to(self.device))
 

@@ -10,10 +10,11 @@ Stage 0 (§1.2; `subspace`, `cluster`, `clustering`): client m uploads U_m, the 
     ImageNet-normalised: the official code's); configs/fkpl/stage0_official.yaml sets the official Stage 0 whole.
     Logs fkpl_angles.png, fkpl_clusters.json, purity, a threshold scan.
 Stage I (§1.3; `experts`): per cluster v, FedAvg over its members, every member every round,
-    w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m; a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every expert starts from one
-    `model_init` draw (`expert_init: shared`, as the official code: each cluster's model starts from one client's
-    weights) or from its own stream derived from (seed, cluster) (`expert_init: independent`).
-Stage II (§1.4–1.8, PCC; `calibrate`, `prototypes`, `head`, `model`): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads dropped); client m uploads p_m^k = mean F(x)
+    w_v ← Σ_{m∈C_v} n_m w_m / Σ n_m; a singleton trains alone. One `Rounds` per cluster (metrics "expert<v>/…"). Every
+    expert starts from one `model_init` draw (`expert_init: shared`, as the official code: each cluster's model starts
+    from one client's weights) or from its own stream derived from (seed, cluster) (`expert_init: independent`).
+Stage II (§1.4–1.8, PCC; `calibrate`, `prototypes`, `head`, `model`): F(x) = [f_1(x); …; f_V(x)] frozen (expert heads
+dropped); client m uploads p_m^k = mean F(x)
     over its class-k samples; the server forms P_v^k = mean_{m∈C_v, k∈K_m} p_m^k (unweighted, §7.8); client m uploads
     z̃ = λ·F(x) + (1 − λ)·P_v^y, λ ~ U(a, b) (Eq. 10, §1.7), with one partner v drawn uniformly among the clusters
     holding y (`partner: one`) or one z̃ for every v ∈ V_y, a fresh λ per pair (`partner: all`, the official code's

@@ -1,6 +1,7 @@
-"""FKPL's Stage II as a phase (`Calibrate`, PCC, spec §1.4–1.8): F = the concatenated frozen experts; the prototype
-and virtual-feature exchanges (`flsuite.methods.fkpl.prototypes`), the server head or the federated-head control
-(`flsuite.methods.fkpl.head`), head ∘ F evaluated per domain, and the run's cost per stage (`flsuite.methods.fkpl.costs`).
+"""FKPL's Stage II as a phase (`Calibrate`, PCC, spec §1.4–1.8): F = the concatenated frozen experts; the prototype and
+virtual-feature exchanges (`flsuite.methods.fkpl.prototypes`), the server head or the federated-head control
+(`flsuite.methods.fkpl.head`), head ∘ F evaluated per domain, and the run's cost per stage
+(`flsuite.methods.fkpl.costs`).
 
 Resume: the phase is finished when its record is in the history; each exchange's reduced answer is checkpointed as
 soon as the server has it (`RunContext.query_once`); the head fit is recomputed from its derived seed.

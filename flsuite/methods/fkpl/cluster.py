@@ -2,8 +2,8 @@
 U_m (client side: `flsuite.methods.fkpl.subspace`) and the clustering that fixes V; the phase that runs them is
 `flsuite.methods.fkpl.clustering`.
 
-    exact (default):   θ1(U_i, U_j) = arccos(clip(σ_max(U_iᵀ U_j), −1, 1)) · 180/π
-    "pacfl" (flag):    θ1(U_i, U_j) = min_{a,b} arccos(clip((U_iᵀ U_j)_ab, −1, 1)) · 180/π   (PACFL's code: entrywise, no |·|;
+    exact (default):   θ1(U_i, U_j) = arccos(clip(σ_max(U_iᵀ U_j), −1, 1)) · 180/π "pacfl" (flag):    θ1(U_i, U_j) =
+    min_{a,b} arccos(clip((U_iᵀ U_j)_ab, −1, 1)) · 180/π   (PACFL's code: entrywise, no |·|;
                        lqh7606/FKPL hierarchical_clustering.py `calculating_adjacency`, lines 51-58)
 The exact θ1 orthonormalises a stacked per-class basis first (QR: the same span); the PACFL variant uses it as
 uploaded, as PACFL does. Clustering on the angle matrix at a threshold in degrees:

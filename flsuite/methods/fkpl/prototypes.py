@@ -17,7 +17,8 @@ from flsuite.methods.fkpl.settings import CalibrationSettings, LamOn, Partner
 
 
 class PrototypeQuery(ClientQuery):
-    """p_m^k = mean of F(x) over the client's class-k samples, for every class it holds (uploaded with the class ids)."""
+    """p_m^k = mean of F(x) over the client's class-k samples, for every class it holds (uploaded with the class
+    ids)."""
 
     name = "fkpl/prototypes"
 

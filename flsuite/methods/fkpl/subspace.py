@@ -116,7 +116,8 @@ class SubspaceBasis(ClientQuery):
 
     @classmethod
     def of(cls, settings: ClusterSettings) -> SubspaceBasis:
-        """Stage 0's query as `settings` configure it (the run, experiments/fkpl_stage0.py and the config tests use it)."""
+        """Stage 0's query as `settings` configure it (the run, experiments/fkpl_stage0.py and the config tests use
+        it)."""
         return cls(
             settings.basis,
             settings.per_class,
