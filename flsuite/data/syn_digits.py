@@ -2,9 +2,14 @@
 
 Ganin & Lempitsky (ICML 2015) built "Synthetic Digits" by rendering house-number-like strings with
 many Windows fonts, random position/orientation/stroke/colours and blur, to mimic SVHN. The real
-set is not available offline, so :func:`render_syn_digits` re-creates that kind of data from the
-fonts on the machine. It is a stand-in with the same character (coloured, font-varied, lightly
+set is not available offline, so :func:`render_syn_digits` re-creates that kind of data from
+TrueType fonts. It is a stand-in with the same character (coloured, font-varied, lightly
 distorted digits, neighbouring digits as distractors), not a copy of the published images.
+
+Decision: by default the fonts are the ones matplotlib's wheel ships (DejaVu, STIX, Computer Modern), not the
+machine's: the rendered set, and every number trained on it, is then the same on every machine with the same
+matplotlib release. The machine's fonts (``fc-list``) only on request (``discover_fonts(include_system=True)``,
+passed as ``fonts``); installing a font package once changed a committed FedEGG run here.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from flsuite import progress
 from flsuite.data.image_arrays import DIGIT_CLASSES, ImageArrays
 
-__all__ = ["discover_fonts", "render_syn_digits"]
+__all__ = ["bundled_font_folder", "discover_fonts", "render_syn_digits"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +58,8 @@ def _fc_list_fonts() -> list[Path]:
 
 
 def _matplotlib_fonts() -> list[Path]:
-    import importlib.util
-
-    spec = importlib.util.find_spec("matplotlib")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    folder = Path(next(iter(spec.submodule_search_locations))) / "mpl-data" / "fonts" / "ttf"
-    return sorted(folder.glob("*.ttf"))
+    folder = bundled_font_folder()
+    return [] if folder is None else sorted(folder.glob("*.ttf"))
 
 
 _DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -108,8 +108,19 @@ def _renders_digits(path: str) -> bool:
     return len(bitmaps) == 10
 
 
-def discover_fonts(include_system: bool = True, include_matplotlib: bool = True) -> list[Path]:
-    """TrueType/OpenType fonts that render the ten digits: system fonts, then matplotlib's, each sorted.
+def bundled_font_folder() -> Path | None:
+    """The folder of TrueType fonts in matplotlib's wheel (a dependency), or None without matplotlib."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "mpl-data" / "fonts" / "ttf"
+
+
+def discover_fonts(include_system: bool = False, include_matplotlib: bool = True) -> list[Path]:
+    """TrueType/OpenType fonts that render the ten digits: the machine's (only with `include_system`), then
+    matplotlib's, each sorted. The default, matplotlib's alone, is the same list on every machine (module docstring).
 
     System fonts come from ``fc-list`` (or a glob of ``/usr/share/fonts`` and
     ``/usr/local/share/fonts`` when fc-list is absent); matplotlib's bundled fonts (DejaVu, STIX,
@@ -199,8 +210,8 @@ def render_syn_digits(n: int, seed: int, size: int = 32, fonts: Sequence[str | P
     Generation procedure (all randomness from ``numpy.random.default_rng(seed)``, drawn up front):
 
     1. labels: ``rng.permutation(arange(n) % 10)`` (classes as balanced as ``n`` allows);
-    2. font: uniform over ``fonts`` (``None`` -> :func:`discover_fonts`, a deterministic list; the
-       images therefore depend on the installed fonts); font size (em) 50-90 % of ``size``;
+    2. font: uniform over ``fonts`` (``None`` -> :func:`discover_fonts`: matplotlib's fonts, the same list on
+       every machine with the same matplotlib); font size (em) 50-90 % of ``size``;
     3. neighbours: with probability 0.5 each, a random digit left and/or right of the labelled
        centre digit, a small gap apart (mostly cut off by the frame, as in SVHN/SynDigits);
     4. placement: centre jittered by up to +-12 % of ``size``; affine warp about that centre with

@@ -83,3 +83,20 @@ def test_labels_follow_seeded_permutation() -> None:
     d = render_syn_digits(25, seed=11)
     expected = np.random.default_rng(11).permutation(np.arange(25) % 10)
     assert d.y.tolist() == expected.tolist()
+
+
+def test_the_machines_fonts_do_not_change_the_rendered_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default fonts are matplotlib's (the same on every machine with that matplotlib): a font the machine has
+    installed, as `fc-list` reports it, changes nothing unless asked for. It did before: installing a font package
+    here changed a committed FedEGG run, whose guiding set holds SYN digits."""
+    folder = syn_digits.bundled_font_folder()
+    assert folder is not None and (folder / "cmr10.ttf").is_file()
+    before = render_syn_digits(60, seed=5)
+    extra = tmp_path / "AAExtraSerif.ttf"  # sorts first among the machine's fonts
+    extra.write_bytes((folder / "cmr10.ttf").read_bytes())
+    monkeypatch.setattr(syn_digits, "_fc_list_fonts", lambda: [extra])
+    after = render_syn_digits(60, seed=5)
+    assert torch.equal(before.x, after.x) and torch.equal(before.y, after.y)
+    assert extra not in discover_fonts() and discover_fonts(include_system=True)[0] == extra
+    with_machine_fonts = render_syn_digits(60, seed=5, fonts=discover_fonts(include_system=True))
+    assert not torch.equal(before.x, with_machine_fonts.x)  # the opt-in does use them
