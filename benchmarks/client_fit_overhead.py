@@ -94,7 +94,8 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
     ref = statistics.median(times["plain"])
     print(
-        f"Linear({args.dim}, {args.classes}), batch {args.batch_size}, {steps} steps per fit, median of {args.reps}, 1 thread"
+        f"Linear({args.dim}, {args.classes}), batch {args.batch_size}, {steps} steps per fit, "
+        f"median of {args.reps}, 1 thread"
     )
     print(f"{'runner':<10}{'fit (ms)':>10}{'per step (ms)':>15}{'× plain':>9}")
     for name in runners:

@@ -92,7 +92,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp())
     calls = scanned_calls()
     print(
-        "| method | compiled | steps per compiled call | max abs difference from lean | compiled rerun identical |\n|---|---|---|---|---|"
+        "| method | compiled | steps per compiled call | max abs difference from lean | compiled rerun identical |\n"
+        "|---|---|---|---|---|"
     )
     for name in sys.argv[1:] or CASES:
         lean = run(root, name, "lean")

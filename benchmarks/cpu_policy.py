@@ -143,24 +143,28 @@ def policy_part(args) -> None:
             times[name].append(r["seconds"])
             threads[name] = r["threads"]
             print(
-                f"  rep {rep}: {name:<20} {r['seconds']:7.2f} s ({r['threads']} threads), load {os.getloadavg()[0]:.1f}",
+                f"  rep {rep}: {name:<20} {r['seconds']:7.2f} s ({r['threads']} threads), "
+                f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
     med = {k: statistics.median(v) for k, v in times.items()}
     steps = args.clients * EPOCHS * -(-args.samples // BATCH)
     print(
-        f"\nPart 1: one round, {args.clients} clients x {args.samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at batch "
-        f"{BATCH} ({steps} steps), {cores} cores, median of {args.reps}; load average at the end: {os.getloadavg()[0]:.1f}"
+        f"\nPart 1: one round, {args.clients} clients x {args.samples} samples, Linear({DIM}, {CLASSES}), "
+        f"{EPOCHS} epochs at batch {BATCH} ({steps} steps), {cores} cores, median of {args.reps}; "
+        f"load average at the end: {os.getloadavg()[0]:.1f}"
     )
     print("| case | threads | round (s) |\n|---|---|---|")
     for k in cases:
         print(f"| {k} | {threads[k]} | {med[k]:.2f} |")
     best_alone = min(med["alone, 1 thread"], med[f"alone, {cores} threads"])
     print(
-        f"\nbeside / alone, default policy:           {med['beside (default)'] / med['alone (default)']:.2f}  (target <= 2.5)"
+        "\nbeside / alone, default policy:           "
+        f"{med['beside (default)'] / med['alone (default)']:.2f}  (target <= 2.5)"
     )
     print(
-        f"beside / alone, {cores} threads (no policy):    {med[f'beside, {cores} threads'] / med[f'alone, {cores} threads']:.2f}"
+        f"beside / alone, {cores} threads (no policy):    "
+        f"{med[f'beside, {cores} threads'] / med[f'alone, {cores} threads']:.2f}"
     )
     print(
         f"default / best of 1 and {cores} threads, alone: {med['alone (default)'] / best_alone:.2f}  (target <= 1.10)"
@@ -262,8 +266,8 @@ def fedavg_part(args) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     steps = 3 * EPOCHS * -(-args.fedavg_samples // BATCH)
     print(
-        f"\nPart 2: FedAvg clients on cached features, 3 x {args.fedavg_samples} samples, Linear({DIM}, {CLASSES}), {EPOCHS} epochs at "
-        f"batch {BATCH} ({steps} steps), {torch.get_num_threads()} thread, median of {args.reps * 2}"
+        f"\nPart 2: FedAvg clients on cached features, 3 x {args.fedavg_samples} samples, Linear({DIM}, {CLASSES}), "
+        f"{EPOCHS} epochs at batch {BATCH} ({steps} steps), {torch.get_num_threads()} thread, median of {args.reps * 2}"
     )
     print("| loop | round (s) | per step (us) | / closed form |\n|---|---|---|---|")
     for k in runners:
@@ -274,7 +278,8 @@ def fedavg_part(args) -> None:
         f"{flsuite / med['hand-written autograd']:.2f}, / autograd floor {flsuite / med['autograd floor']:.2f}"
     )
     print(
-        f"flsuite with local.loop: compiled / closed form {med['flsuite, local.loop: compiled'] / closed:.2f} (target <= 1.5), "
+        "flsuite with local.loop: compiled / closed form "
+        f"{med['flsuite, local.loop: compiled'] / closed:.2f} (target <= 1.5), "
         f"/ flsuite lean {med['flsuite, local.loop: compiled'] / flsuite:.2f}"
     )
 

@@ -137,7 +137,8 @@ CHILDREN = {"flsuite": flsuite_rounds, "closed form": closed_form_rounds}
 def child(name: str, data: Path, rounds: int, out: Path) -> None:
     from flsuite.runtime import keep_freed_memory
 
-    keep_freed_memory()  # as `flsuite fit` does at start (cli.main); the Flower clients get it too (FLOWER_KEEP_FREED_MEMORY)
+    # as `flsuite fit` does at start (cli.main); the Flower clients get it too (FLOWER_KEEP_FREED_MEMORY)
+    keep_freed_memory()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     out.write_text(json.dumps(CHILDREN[name](data, rounds, out)))
@@ -215,7 +216,8 @@ def quickstart_walls(baseline: Path, reps: int) -> list[tuple[float, float]]:
             got[tree] = time.perf_counter() - start
         walls.append((got[ROOT], got[baseline]))
         print(
-            f"quickstart, repetition {rep + 1}: this tree {got[ROOT]:.1f} s, baseline {got[baseline]:.1f} s ({got[ROOT] / got[baseline]:.3f}x)",
+            f"quickstart, repetition {rep + 1}: this tree {got[ROOT]:.1f} s, baseline {got[baseline]:.1f} s "
+            f"({got[ROOT] / got[baseline]:.3f}x)",
             flush=True,
         )
     return walls
@@ -258,7 +260,8 @@ def main() -> None:
             flush=True,
         )
     print(
-        f"\n{args.rounds} rounds, 3 clients x {args.samples} samples, Linear(1280, 10), {EPOCHS} epochs at batch {BATCH}; median s/round of rounds 2..R-1\n"
+        f"\n{args.rounds} rounds, 3 clients x {args.samples} samples, Linear(1280, 10), "
+        f"{EPOCHS} epochs at batch {BATCH}; median s/round of rounds 2..R-1\n"
     )
     header = (
         "| repetition | "
@@ -276,7 +279,8 @@ def main() -> None:
         walls = quickstart_walls(args.quickstart_baseline, args.reps * 2)
         ours, theirs = statistics.median(w[0] for w in walls), statistics.median(w[1] for w in walls)
         print(
-            f"\nquickstart wall, median of {len(walls)}: this tree {ours:.1f} s, baseline {theirs:.1f} s: {ours / theirs:.3f}x"
+            f"\nquickstart wall, median of {len(walls)}: this tree {ours:.1f} s, baseline {theirs:.1f} s: "
+            f"{ours / theirs:.3f}x"
         )
 
 

@@ -37,7 +37,10 @@ if sys.argv[1] == "index":
 else:
     federation = build_federation(parser, cfg)
 data = federation.data.build(cfg.seed)
-print(json.dumps({"seconds": time.perf_counter() - start, "encoder_built": getattr(federation.data, "encoder", None) is not None}))
+print(json.dumps({
+    "seconds": time.perf_counter() - start,
+    "encoder_built": getattr(federation.data, "encoder", None) is not None,
+}))
 """
 
 
@@ -71,18 +74,21 @@ def main() -> None:
         for side in ("build", "index") if rep % 2 == 0 else ("index", "build"):
             times[side].append(one(side, args.config.resolve()))
             print(
-                f"rep {rep} {side}: {times[side][-1][0]:.2f} s to data, {times[side][-1][1]:.1f} s wall (load {os.getloadavg()[0]:.2f})",
+                f"rep {rep} {side}: {times[side][-1][0]:.2f} s to data, {times[side][-1][1]:.1f} s wall "
+                f"(load {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
     print(
-        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; "
+        f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     )
     print("| side | config to data, s (each) | median | process wall, s (each) | median | encoder built |")
     print("|---|---|---|---|---|---|")
     for side, values in times.items():
         data, wall = [v[0] for v in values], [v[1] for v in values]
         print(
-            f"| {side} | {', '.join(f'{v:.2f}' for v in data)} | {statistics.median(data):.2f} | {', '.join(f'{v:.1f}' for v in wall)} | "
+            f"| {side} | {', '.join(f'{v:.2f}' for v in data)} | {statistics.median(data):.2f} | "
+            f"{', '.join(f'{v:.1f}' for v in wall)} | "
             f"{statistics.median(wall):.1f} | {values[0][2]} |"
         )
 

@@ -294,13 +294,15 @@ def simulate(
 def notes(parallel: int, data: dict[str, Any], stats: dict[str, Any]) -> str:
     loads = stats["data_loads"]
     return (
-        f"Flower {flwr.__version__} Message API (ClientApp @train, ServerApp @main, flwr.serverapp.strategy.FedAvg) via "
-        f"flwr.simulation.run_simulation (deprecated in 1.42, warns), Ray backend, {parallel} actor(s) x 1 CPU, 1 torch thread; "
-        f"{len(data['clients'])} clients, {data['epochs']} local epochs at batch {data['batch_size']}; round = perf_counter between consecutive "
+        f"Flower {flwr.__version__} Message API (ClientApp @train, ServerApp @main, flwr.serverapp.strategy.FedAvg) "
+        "via flwr.simulation.run_simulation (deprecated in 1.42, warns), Ray backend, "
+        f"{parallel} actor(s) x 1 CPU, 1 torch thread; "
+        f"{len(data['clients'])} clients, {data['epochs']} local epochs at batch {data['batch_size']}; "
+        "round = perf_counter between consecutive "
         "aggregations (round 1 from the ServerApp's start, so it includes Ray's start-up and the actors' creation: "
         f"{stats['engine_startup_seconds']:.1f} s before the first client call); DATA.pt loaded once per "
-        f"actor process ({len(loads)} loads, {sum(d['seconds'] for d in loads):.3f} s in all), not per round; the in-memory grid polls for "
-        "replies every 0.1 s."
+        f"actor process ({len(loads)} loads, {sum(d['seconds'] for d in loads):.3f} s in all), not per round; "
+        "the in-memory grid polls for replies every 0.1 s."
     )
 
 
@@ -352,9 +354,12 @@ def main() -> None:
 
     rounds, overhead = out["round_seconds"], stats["overhead_seconds"]
     print(
-        f"flwr {flwr.__version__} parallel={args.parallel} clients={len(data['clients'])} rounds={len(rounds)}/{args.rounds}: "
-        f"round s [{' '.join(f'{t:.3f}' for t in rounds)}], median(2..R) {statistics.median(rounds[1:] or rounds):.3f} s, "
-        f"overhead median(2..R) {statistics.median(overhead[1:] or overhead):.3f} s, engine start-up {stats['engine_startup_seconds']:.1f} s, "
+        f"flwr {flwr.__version__} parallel={args.parallel} clients={len(data['clients'])} "
+        f"rounds={len(rounds)}/{args.rounds}: "
+        f"round s [{' '.join(f'{t:.3f}' for t in rounds)}], "
+        f"median(2..R) {statistics.median(rounds[1:] or rounds):.3f} s, "
+        f"overhead median(2..R) {statistics.median(overhead[1:] or overhead):.3f} s, "
+        f"engine start-up {stats['engine_startup_seconds']:.1f} s, "
         f"total {total:.2f} s, test acc {acc:.3f} (chance {chance:.2f}) -> {args.out}"
     )
     if not all(checks.values()):

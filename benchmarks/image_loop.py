@@ -108,7 +108,8 @@ def main() -> None:
             times[name].append(cases[name]())
     median = {name: statistics.median(t) for name, t in times.items()}
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.samples} samples × {args.epochs} epochs, bf16 support: {bf16_supported()}"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.samples} samples × {args.epochs} epochs, "
+        f"bf16 support: {bf16_supported()}"
     )
     print("| loop | s per fit (median) | / bare, same precision | / fastest bare, same precision |\n|---|---|---|---|")
     for name, t in median.items():

@@ -62,7 +62,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(
-        "| clients | lockstep: µs per client-step | closed form: µs per client-step | lockstep / closed form |\n|---|---|---|---|"
+        "| clients | lockstep: µs per client-step | closed form: µs per client-step | lockstep / closed form |\n"
+        "|---|---|---|---|"
     )
     for k in args.clients:
         fed = cpu_policy.synthetic_federation(k, 1200, seed=2)

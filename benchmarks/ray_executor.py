@@ -62,10 +62,12 @@ def report(title: str, serial: dict, ray_: dict) -> None:
     print(f"  {'':8s} {'round_s':>9s} {'clients_s':>10s} {'clients_s(r>=2)':>16s} {'start+end_s':>12s} {'wall_s':>8s}")
     for name, r in (("serial", serial), ("ray", ray_)):
         print(
-            f"  {name:8s} {r['round']:9.3f} {r['clients']:10.3f} {r['clients_after_1']:16.3f} {r['outside_rounds']:12.2f} {r['wall']:8.2f}"
+            f"  {name:8s} {r['round']:9.3f} {r['clients']:10.3f} {r['clients_after_1']:16.3f} "
+            f"{r['outside_rounds']:12.2f} {r['wall']:8.2f}"
         )
     print(
-        f"  speed-up serial/ray: round {serial['round'] / ray_['round']:.2f}x, clients {serial['clients'] / ray_['clients']:.2f}x, "
+        f"  speed-up serial/ray: round {serial['round'] / ray_['round']:.2f}x, "
+        f"clients {serial['clients'] / ray_['clients']:.2f}x, "
         f"clients (rounds>=2) {serial['clients_after_1'] / ray_['clients_after_1']:.2f}x"
     )
     print(f"  identical metrics.jsonl: {serial['metrics'] == ray_['metrics']}")
@@ -87,7 +89,8 @@ def main() -> None:
 
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     print(
-        f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, 1 thread each; load average: {os.getloadavg()}"
+        f"torch threads (serial): {torch.get_num_threads()}; Ray: {args.num_cpus} CPUs, 1 worker per CPU, "
+        f"1 thread each; load average: {os.getloadavg()}"
     )
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -129,14 +132,16 @@ def main() -> None:
                 serial = run(f"head_serial{rep}", SerialExecutor(), work, **head)
                 ray_ = run(f"head_ray{rep}", RayExecutor(torch_threads=1), work, **head)
                 report(
-                    f"(b) overhead, rep {rep + 1}: 4 clients × linear head on GaussianFeatures, {args.overhead_rounds} rounds, serial with 1 torch thread",
+                    f"(b) overhead, rep {rep + 1}: 4 clients × linear head on GaussianFeatures, "
+                    f"{args.overhead_rounds} rounds, serial with 1 torch thread",
                     serial,
                     ray_,
                 )
                 ratios.append(ray_["round"] / serial["round"])
             torch.set_num_threads(default_threads)
             print(
-                f"  ray/serial round time per rep: {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f} (target <= 1.20)"
+                f"  ray/serial round time per rep: {[round(r, 2) for r in ratios]}, "
+                f"median {statistics.median(ratios):.2f} (target <= 1.20)"
             )
             print(f"load average after: {os.getloadavg()}")
     finally:

@@ -53,7 +53,9 @@ def timed_round(self, ctx, rnd, *args, **kwargs):
     return run_round(self, ctx, rnd, *args, **kwargs)
 Rounds._round = timed_round
 fed = Federation(
-    data=GaussianFeatures(dim=256, num_classes=10, num_domains=1, clients_per_domain=n, samples_per_client=16, test_per_domain=200),
+    data=GaussianFeatures(
+        dim=256, num_classes=10, num_domains=1, clients_per_domain=n, samples_per_client=16, test_per_domain=200
+    ),
     model=MLP(hidden=(1024, 1024)), method=Scaffold() if method == "scaffold" else FedAvg(), rounds=rounds,
     local=LocalTraining(epochs=1, batch_size=16, lr=0.01, momentum=0.0, weight_decay=0.0),
     sampling=ClientSampling(per_round=10), run_dir=run_dir, progress=False, wandb=WandbConfig(enabled=False),
@@ -103,7 +105,8 @@ def main() -> None:
         for n in args.clients:
             r = run_point(n, method, args.rounds, args.out)
             rows.append(
-                f"| {method} | {n} | {r['startup_s']:.1f} | {r['s_per_round']:.2f} | {r['bytes_per_round'] / 1e6:.1f} | {r['peak_rss_mb']:.0f} | {r['wall_s']:.0f} |"
+                f"| {method} | {n} | {r['startup_s']:.1f} | {r['s_per_round']:.2f} | "
+                f"{r['bytes_per_round'] / 1e6:.1f} | {r['peak_rss_mb']:.0f} | {r['wall_s']:.0f} |"
             )
             print(rows[-1], flush=True)
     (args.out / "scale.md").write_text("\n".join(rows) + "\n")

@@ -56,13 +56,15 @@ def main() -> None:
                 if rep:  # the first round is the untimed warm-up
                     times.setdefault((" ".join(argv), side), []).append(seconds)
     print(
-        f"load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        f"load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     )
     print("| command | side | wall s (each run, in order) | median s |")
     print("|---|---|---|---|")
     for (command, side), values in times.items():
         print(
-            f"| `flsuite {command}` | {side} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |"
+            f"| `flsuite {command}` | {side} | {', '.join(f'{v:.2f}' for v in values)} | "
+            f"{statistics.median(values):.2f} |"
         )
 
 

@@ -67,18 +67,21 @@ def main() -> None:
                 print(f"rep {rep} {side}: {times[side][-1]:.1f} s (load {os.getloadavg()[0]:.2f})", flush=True)
     after = os.getloadavg()
     print(
-        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in after)}"
+        f"\nload average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; "
+        f"after: {' '.join(f'{x:.2f}' for x in after)}"
     )
     print(f"{args.runs} runs of {args.config.name} ({args.rounds} rounds), {args.workers} workers\n")
     print("| side | study wall s (each, in order) | median s | per run s |")
     print("|---|---|---|---|")
     for side, values in times.items():
         print(
-            f"| {side} | {', '.join(f'{v:.1f}' for v in values)} | {statistics.median(values):.1f} | {statistics.median(values) / args.runs:.2f} |"
+            f"| {side} | {', '.join(f'{v:.1f}' for v in values)} | {statistics.median(values):.1f} | "
+            f"{statistics.median(values) / args.runs:.2f} |"
         )
     saved = (statistics.median(times["fresh"]) - statistics.median(times["pool"])) / args.runs
     print(
-        f"\nsaved per run (medians): {saved:.2f} s; ratio pool/fresh: {statistics.median(times['pool']) / statistics.median(times['fresh']):.2f}"
+        f"\nsaved per run (medians): {saved:.2f} s; "
+        f"ratio pool/fresh: {statistics.median(times['pool']) / statistics.median(times['fresh']):.2f}"
     )
 
 

@@ -222,7 +222,8 @@ def main() -> None:
         for k, v in seconds.items():
             total[k] += v
     print(
-        f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load)}; "
+        f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     )
     print(f"`{' '.join(['python', 'benchmarks/study_profile.py', *sys.argv[1:]])}`\n")
     for name, seconds in runs:

@@ -183,9 +183,15 @@ def steps_table(reps: int) -> str:
                     )
     med = {k: statistics.median(v) for k, v in ms.items()}
     lines = [
-        f"Milliseconds per training step (median of {reps} alternated runs; `python benchmarks/threads_beside_load.py --steps --reps {reps}`):",
+        (
+            f"Milliseconds per training step (median of {reps} alternated runs; "
+            f"`python benchmarks/threads_beside_load.py --steps --reps {reps}`):"
+        ),
         "",
-        "| model, batch | forward GFLOP per step | 1 thread alone | 2 threads alone | 1 / 2 threads alone | 1 thread beside | 2 threads beside | beside / alone, 1 thread | beside / alone, 2 threads |",
+        (
+            "| model, batch | forward GFLOP per step | 1 thread alone | 2 threads alone | 1 / 2 threads alone "
+            "| 1 thread beside | 2 threads beside | beside / alone, 1 thread | beside / alone, 2 threads |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in STEP_MODELS:
@@ -196,7 +202,8 @@ def steps_table(reps: int) -> str:
             med[(name, 2, "beside")],
         )
         lines.append(
-            f"| {name} | {gflop[name]:.3g} | {a1:.2f} | {a2:.2f} | {a1 / a2:.2f} | {b1:.2f} | {b2:.2f} | {b1 / a1:.2f} | {b2 / a2:.2f} |"
+            f"| {name} | {gflop[name]:.3g} | {a1:.2f} | {a2:.2f} | {a1 / a2:.2f} "
+            f"| {b1:.2f} | {b2:.2f} | {b1 / a1:.2f} | {b2 / a2:.2f} |"
         )
     return "\n".join(lines)
 
@@ -236,14 +243,17 @@ def main() -> None:
                     times.setdefault((name, policy, condition), []).append(seconds)
                     decisions[(name, policy)] = decision
                     print(
-                        f"rep {rep} {name:16s} {policy} {condition:6s} {seconds:7.3f} s/round ({decision['intra_op']} threads)",
+                        f"rep {rep} {name:16s} {policy} {condition:6s} {seconds:7.3f} s/round "
+                        f"({decision['intra_op']} threads)",
                         file=sys.stderr,
                         flush=True,
                     )
     lines = [
-        f"Seconds per round (median of {args.reps} alternated runs, each the median over rounds 2-{args.rounds}), {cores} cores,"
-        " alone and beside one CPU-bound process (`python benchmarks/threads_beside_load.py"
-        f" --reps {args.reps} --rounds {args.rounds}`):",
+        (
+            f"Seconds per round (median of {args.reps} alternated runs, each the median over rounds 2-{args.rounds}), "
+            f"{cores} cores, alone and beside one CPU-bound process (`python benchmarks/threads_beside_load.py"
+            f" --reps {args.reps} --rounds {args.rounds}`):"
+        ),
         "",
         "| config | policy | threads | alone | beside | beside / alone |",
         "|---|---|---|---|---|---|",
@@ -253,7 +263,8 @@ def main() -> None:
             alone, beside = (statistics.median(times[(name, policy, c)]) for c in ("alone", "beside"))
             d = decisions[(name, policy)]
             lines.append(
-                f"| {name} ({CONFIGS[name][1]}) | {policy} | {d['intra_op']} ({d['source']}) | {alone:.3f} | {beside:.3f} | {beside / alone:.2f} |"
+                f"| {name} ({CONFIGS[name][1]}) | {policy} | {d['intra_op']} ({d['source']}) | "
+                f"{alone:.3f} | {beside:.3f} | {beside / alone:.2f} |"
             )
     table = "\n".join(lines)
     print(table)

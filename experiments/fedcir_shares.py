@@ -72,10 +72,22 @@ def main() -> None:
     lines = [
         "# FedCiR's loss terms on PACS (CPU setting, 50 rounds): size, share of the loss, share of the gradient",
         "",
-        "Regenerate: `python experiments/fedcir_shares.py` (after `bash experiments/fedcir_tuned.sh` and `bash experiments/fedcir_table2.sh`).",
-        "Each cell: the clients' sample-weighted mean in that round (`client/fedcir/*`), then the mean over seeds; `all` = mean over rounds 2..50.",
-        "Loss share = λ·L_t / L (mean over the fit's steps); gradient vs CE = ‖∇ λ·L_t‖ / ‖∇ CE‖ over the encoder and head,",
-        "measured once per fit on its first batch at the round's starting weights. A term that is off has no column value (–).",
+        (
+            "Regenerate: `python experiments/fedcir_shares.py` "
+            "(after `bash experiments/fedcir_tuned.sh` and `bash experiments/fedcir_table2.sh`)."
+        ),
+        (
+            "Each cell: the clients' sample-weighted mean in that round (`client/fedcir/*`), then the mean over seeds; "
+            "`all` = mean over rounds 2..50."
+        ),
+        (
+            "Loss share = λ·L_t / L (mean over the fit's steps); "
+            "gradient vs CE = ‖∇ λ·L_t‖ / ‖∇ CE‖ over the encoder and head,"
+        ),
+        (
+            "measured once per fit on its first batch at the round's starting weights. "
+            "A term that is off has no column value (–)."
+        ),
         "",
         "| variant | round | " + " | ".join(COLUMNS) + " |",
         "|---|---|" + "---|" * len(COLUMNS),

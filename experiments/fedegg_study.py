@@ -236,10 +236,11 @@ def strength(seeds: list[int]) -> str:
             out.append("| " + " | ".join(row) + " |")
         out.append("")
     out.append(
-        "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds, mean ± std over seeds); Δ: + FedEGG "
-        "minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); ratio: mean over guided "
-        "rounds and seeds of server/fedegg/update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖. FedNova here is "
-        "sample-weighted FedAvg: every client runs the same 5 local steps (a_k = 5), so its normalisation does nothing; "
+        "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds, mean ± std over seeds); "
+        "Δ: + FedEGG minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); "
+        "ratio: mean over guided rounds and seeds of server/fedegg/update_ratio "
+        "= ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖. FedNova here is sample-weighted FedAvg: "
+        "every client runs the same 5 local steps (a_k = 5), so its normalisation does nothing; "
         "the FedNova-FedAvg gap is sample against uniform weighting."
     )
     return "\n".join(out)
@@ -253,7 +254,8 @@ def levels(seeds: list[int]) -> str:
         dirs = [run("table" if level == "LH" else "levels", "dir0.1", f"FedAvg + {level}", [overlay], s) for s in seeds]
         logs = [fedegg_log(d) for d in dirs]
         lines.append(
-            f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | {mean_std([float(g) for _, g in logs])} |"
+            f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | "
+            f"{mean_std([float(g) for _, g in logs])} |"
         )
     return "\n".join(lines)
 
@@ -337,7 +339,10 @@ def main() -> None:
         args.study
     ](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
-    command = f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} --seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
+    command = (
+        f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} "
+        f"--seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
+    )
     args.out.write_text(f"<!-- regenerate: {command} -->\n{body}\n")
     print(body)
 

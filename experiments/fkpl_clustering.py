@@ -37,7 +37,8 @@ def main() -> None:
         angles = np.array(c["angles"])
         threshold = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["cluster/threshold"]
         lines.append(
-            f"| {run} | {len(c['labels'])} | {threshold} | {len(c['clusters'])} | {c['purity']:.3f} | {angles.max():.2f} |"
+            f"| {run} | {len(c['labels'])} | {threshold} | {len(c['clusters'])} | {c['purity']:.3f} | "
+            f"{angles.max():.2f} |"
         )
         found[run.parent.parent.name].append((angles, c["domains"], threshold))
         read.append(run)

@@ -94,8 +94,10 @@ def stage0_rows(config: str, step: float, ablate: bool, fit_args: list[str]) -> 
                 at.append(f"{t} | {max(labels) + 1} | {purity(labels, domains):.2f}" if labels else "— | — | —")
             mark = " (configured)" if angle == method.stage0.angle else ""
             rows.append(
-                f"| {config} | {stage0_kind(query, method.stage0.linkage)} | {'×'.join(map(str, fed.input_shape))} | {len(fed.clients)} / {len(set(domains))} "
-                f"| {angle}{mark} | {at[0]} | {at[1]} | {span(angles[same])} | {span(angles[cross])} | {recovering(angles, domains, step, method.stage0.linkage)} |"
+                f"| {config} | {stage0_kind(query, method.stage0.linkage)} | {'×'.join(map(str, fed.input_shape))} "
+                f"| {len(fed.clients)} / {len(set(domains))} "
+                f"| {angle}{mark} | {at[0]} | {at[1]} | {span(angles[same])} | {span(angles[cross])} "
+                f"| {recovering(angles, domains, step, method.stage0.linkage)} |"
             )
     return rows
 
@@ -118,14 +120,29 @@ def main() -> None:
         "",
         f"Regenerate: `python experiments/fkpl_stage0.py {shlex.join(sys.argv[1:])}`.",
         "",
-        "Stage 0: Stage 0's inputs (`stage0_size` px, `aug`: the official augmentation, `norm`: ImageNet mean/std; `raw`: as the",
-        "data holds them); the basis (whole client, or per class with the `floor` or official `counts` budget); the linkage",
-        "(`average`: scikit-learn UPGMA, `weighted`: the official code's). Both angle definitions are shown on the same bases;",
-        "V and purity at the configured threshold and at the paper's; angle ranges over client pairs of the same and of",
+        (
+            "Stage 0: Stage 0's inputs (`stage0_size` px, `aug`: the official augmentation, "
+            "`norm`: ImageNet mean/std; `raw`: as the"
+        ),
+        (
+            "data holds them); the basis (whole client, "
+            "or per class with the `floor` or official `counts` budget); the linkage"
+        ),
+        (
+            "(`average`: scikit-learn UPGMA, `weighted`: the official code's). "
+            "Both angle definitions are shown on the same bases;"
+        ),
+        (
+            "V and purity at the configured threshold and at the paper's; "
+            "angle ranges over client pairs of the same and of"
+        ),
         "different domains; the thresholds recovering the domains on a 0.1° grid with the configured linkage.",
         "",
-        "| config | Stage 0 | input | clients / domains | angle | threshold (°) | V | purity | paper threshold (°) | V | purity "
-        "| same-domain angles (°) | cross-domain angles (°) | thresholds recovering the domains (°) |",
+        (
+            "| config | Stage 0 | input | clients / domains | angle | threshold (°) | V | purity "
+            "| paper threshold (°) | V | purity "
+            "| same-domain angles (°) | cross-domain angles (°) | thresholds recovering the domains (°) |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)

@@ -60,7 +60,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     lines = [
-        "| method | AVG: without → with GGEUR | seeds up | STD: without → with | seeds down | paper AVG | paper STD | seeds |",
+        (
+            "| method | AVG: without → with GGEUR | seeds up | STD: without → with | seeds down "
+            "| paper AVG | paper STD | seeds |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     read: list[Path] = []  # every run folder the table reads: they should come from one code version
@@ -79,7 +82,8 @@ def main() -> None:
         paper_avg = fmt_change(paper[0][0], paper[1][0]) if paper else "—"
         paper_std = fmt_change(paper[0][1], paper[1][1]) if paper else "—"
         lines.append(
-            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} | {paper_avg} | {paper_std} | {len(seeds)} |"
+            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} "
+            f"| {paper_avg} | {paper_std} | {len(seeds)} |"
         )
     if warning := runs_code_mix(read):
         print(warning, file=sys.stderr)

@@ -176,7 +176,8 @@ def report(cells: list[Cell]) -> tuple[str, bool]:
     for cell in cells:
         verdict = "(wall time, not judged)" if not cell.judged else "same" if cell.same else "**DIFFERS**"
         lines.append(
-            f"| {cell.table + 1} | {cell.row} | {cell.column} | {cell.committed} | {cell.fresh if cell.fresh is not None else '(missing)'} | {verdict} |"
+            f"| {cell.table + 1} | {cell.row} | {cell.column} | {cell.committed} | "
+            f"{cell.fresh if cell.fresh is not None else '(missing)'} | {verdict} |"
         )
     judged = [c for c in cells if c.judged]
     same = sum(c.same for c in judged)
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"the study failed (exit {done.returncode}); its runs and logs are in {runs}")
     shown, ok = report(compare_tables(committed, tables(out.read_text()), args.rows))
     print(
-        f"\n{args.table} vs a fresh run of its command ({time.perf_counter() - start:.0f} s; runs in {runs}):\n\n{shown}"
+        f"\n{args.table} vs a fresh run of its command ({time.perf_counter() - start:.0f} s; "
+        f"runs in {runs}):\n\n{shown}"
     )
     return 0 if ok else 1
 

@@ -260,7 +260,8 @@ def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tup
             key = done[0].prefix + VAL_PREFIX + "acc_mean"
             if missing := [str(r.path) for r in done if key not in r.summary]:
                 sys.exit(
-                    f"--select_on val: {', '.join(missing)} has no {key} in summary.json (run without a validation split)"
+                    f"--select_on val: {', '.join(missing)} has no {key} in summary.json "
+                    "(run without a validation split)"
                 )
             scores[label], configs[label] = [float(r.summary[key]) for r in done], compare.experiment(done[0].config)
         if not scores:
@@ -280,7 +281,10 @@ def select(variants: list[tuple[str, str]], seeds: list[int], runs: Path) -> tup
         )
         rows.append(f"| {group} | {grid} | {shown} | {best} | {values} |")
     head = [
-        "Chosen on validation data (`--select_on val`): per method, the grid variant with the best validation last-k AVG",
+        (
+            "Chosen on validation data (`--select_on val`): per method, "
+            "the grid variant with the best validation last-k AVG"
+        ),
         "(mean ± std over seeds); the table above reports the test numbers of the chosen variants only.",
         "",
         "| method | grid | validation AVG per variant | chosen | chosen values |",
@@ -366,7 +370,8 @@ def main() -> None:
         none := [label for label, overlay in variants if not validation_fraction(args.base, overlay, extra) > 0]
     ):
         sys.exit(
-            f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: set it (e.g. -- --validation.fraction 0.1)"
+            f"--select_on val needs a validation split, but variant(s) {none} run with validation.fraction 0: "
+            "set it (e.g. -- --validation.fraction 0.1)"
         )
 
     if args.workers < 1 or args.runs_per_worker < 1:
