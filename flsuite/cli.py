@@ -180,7 +180,8 @@ def interrupted_message(err: BaseException) -> str:
         )
     return (
         f"flsuite: interrupted; the last completed round is checkpointed in {run_dir}; "
-        f"continue with --resume {run_dir} (e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"
+        f"continue with --resume {run_dir} "
+        f"(e.g. flsuite fit --config {Path(run_dir) / 'config.yaml'} --resume {run_dir})"
     )
 
 

@@ -83,7 +83,9 @@ def main_parser(commands: Sequence[str] = ("fit", "features")) -> ArgumentParser
     subcommands.add_subcommand(
         "features",
         parser_of["features"],
-        help="Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it.",
+        help=(
+            "Build the config's data once (embedding it with its frozen encoder into the feature cache) and report it."
+        ),
     )
     for name, (_, help_text) in TOOLS.items():  # listed in `flsuite --help`; `main` hands them to their own parsers
         subcommands.add_subcommand(name, ArgumentParser(prog=f"flsuite {name}", exit_on_error=False), help=help_text)

@@ -26,11 +26,13 @@ from flsuite.runfolder import flatten
 #: A class name jsonargparse could not resolve: a short name it does not know, or a class_path whose module lacks it.
 _UNKNOWN = re.compile(
     r"Expected a dot import path string: (?P<name>\S+)"
-    r"|Problem with given class_path '(?P<path>[^']+)': (?:module '[^']+' has no attribute '[^']+'|No module named '(?P<module>[^']+)')"
+    r"|Problem with given class_path '(?P<path>[^']+)': "
+    r"(?:module '[^']+' has no attribute '[^']+'|No module named '(?P<module>[^']+)')"
 )
 _SUBTYPES = re.compile(r"Subtypes: \[(?:list\[)?(?:<class ')?([\w.]+)")
 _OPTIONAL_DUMP = re.compile(
-    r"(?:- Expected a path but \S+ either not accessible or invalid )?-? ?Does not validate against any of the Union subtypes Subtypes: \[.*?\] Errors: - "
+    r"(?:- Expected a path but \S+ either not accessible or invalid )?"
+    r"-? ?Does not validate against any of the Union subtypes Subtypes: \[.*?\] Errors: - "
 )
 _NONE_TAIL = re.compile(r" - Expected a <class 'NoneType'> Given value type: .*$")
 
@@ -105,7 +107,10 @@ def unknown_class_message(message: str, key: str | None) -> str | None:
     by_lower = {n.lower(): n for n in names}
     close = difflib.get_close_matches(short.lower(), list(by_lower), n=1, cutoff=0.6)
     hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
-    return f"{key or 'class_path'}: unknown class {name!r}{hint}; the known classes for {key or 'this key'}: {', '.join(names)}"
+    return (
+        f"{key or 'class_path'}: unknown class {name!r}{hint}; "
+        f"the known classes for {key or 'this key'}: {', '.join(names)}"
+    )
 
 
 def without_optional_dump(message: str) -> str:

@@ -42,7 +42,8 @@ def fit_federation(parser: ArgumentParser, cfg: Namespace, config_yaml: str) -> 
     if cache_dir is None or hit is None or not hit.pools:
         if cache_dir is not None and (resolved["data"].get("init_args") or {}).get("encoder") is not None:
             log.info(
-                "feature cache index: no unchanged entry for this data in %s; building it (the cache serves what it holds)",
+                "feature cache index: no unchanged entry for this data in %s; "
+                "building it (the cache serves what it holds)",
                 cache_dir,
             )
         return build_federation(parser, cfg)
@@ -59,7 +60,8 @@ def fit_federation(parser: ArgumentParser, cfg: Namespace, config_yaml: str) -> 
     if use_index is None or not use_index(hit.pools, encoder=encoder):
         return build_federation(parser, cfg)
     log.info(
-        "already embedded (feature cache index): %s images, %s, decided in %.2f s; building the data from the cache files (no image decoded, no encoder built)",
+        "already embedded (feature cache index): %s images, %s, decided in %.2f s; "
+        "building the data from the cache files (no image decoded, no encoder built)",
         f"{hit.images:,}",
         hit.cache_dir,
         time.perf_counter() - start,

@@ -89,7 +89,10 @@ def check_devices(accelerator: str, eval_device: str) -> tuple[str, tuple[str, .
     fix = " and ".join(f"{key}: cpu" for key, _ in bad)
     flags = " ".join(f"--{key} cpu" for key, _ in bad)
     verb = "need" if len(bad) > 1 else "needs"
-    message = f"{named} {verb} a device this machine does not have (it has {machine_devices()}); set {fix} ({flags}), or run on a machine with that device"
+    message = (
+        f"{named} {verb} a device this machine does not have (it has {machine_devices()}); "
+        f"set {fix} ({flags}), or run on a machine with that device"
+    )
     return message, tuple(key for key, _ in bad)
 
 

@@ -238,7 +238,8 @@ def same_experiment(run_dir: Path, config_yaml: str, code: Mapping[str, Any] | N
         code.get(k) for k in ("commit", "uncommitted", "version")
     ]:
         reasons.append(
-            f"it was made by code {code_label(old)} (flsuite {old.get('version')}), this is {code_label(code)} (flsuite {code.get('version')})"
+            f"it was made by code {code_label(old)} (flsuite {old.get('version')}), "
+            f"this is {code_label(code)} (flsuite {code.get('version')})"
         )
     if reasons:
         return Reuse(False, "; ".join(reasons))

@@ -8,11 +8,11 @@ A round record (`Rounds`):
 |---|---|
 | `round` | the round, 1-based (0 for a one-shot step before rounds, e.g. FKPL's clustering) |
 | `phase` | the phase's name; absent for the default protocol's rounds (un-prefixed names) |
-| `clients`, `clients_failed`, `clients_rejected` | sampled client ids; those that failed, whose updates were non-finite |
+| `clients`, `clients_failed`, `clients_rejected` | client ids: sampled; failed; whose updates were non-finite |
 | `train_loss` | sample-weighted mean of the clients' mean mini-batch losses |
 | `bytes_down`, `bytes_up` | what the round sent, summed over clients |
 | `client_loss`, `client_steps` | {client id (a string): mean loss, optimiser steps} |
-| `client/<method>/<metric>` | what the method's clients report (`ClientModule.metrics`), sample-weighted over the clients that report it; none: no key |
+| `client/<method>/<metric>` | `ClientModule.metrics`, sample-weighted over the clients reporting it (none: no key) |
 | `server/<name>/<metric>` | what the method's server update and the server steps report |
 | `acc/<domain>`, `acc_mean`, `acc_std`, `acc_std_sample` | evaluation, in rounds that evaluate (`eval_every`) |
 

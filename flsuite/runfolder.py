@@ -190,7 +190,8 @@ def check_resume_config(
         shown = "; ".join(f"{k}: {_show(a, k)} -> {_show(b, k)}" for k in diff.blocking[:8])
         more = f" (and {len(diff.blocking) - 8} more)" if len(diff.blocking) > 8 else ""
         raise RunFolderError(
-            f"--resume {where}: the config changes the experiment, so this would not continue the same run: {shown}{more}. "
+            f"--resume {where}: the config changes the experiment, "
+            f"so this would not continue the same run: {shown}{more}. "
             "Resume with the run's own config (its config.yaml), or start a new run without --resume"
         )
     if diff.allowed:

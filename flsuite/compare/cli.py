@@ -39,7 +39,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--wandb-report",
         action="store_true",
-        help='publish the comparison as a W&B report over the same runs (online), or write its spec wandb_report.json into --out (offline); needs pip install "flsuite[dashboard]"',
+        help=(
+            "publish the comparison as a W&B report over the same runs (online), "
+            "or write its spec wandb_report.json into --out (offline); "
+            'needs pip install "flsuite[dashboard]"'
+        ),
     )
     ap.add_argument("--project", help="with --wandb-report: the W&B project (default: the runs' wandb.project)")
     ap.add_argument(
@@ -72,7 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flsuite.dashboard.publish import REPORT_FILE, publish
 
         command = "flsuite compare " + shlex.join(sys.argv[2:] if argv is None else list(argv))
-        print(
-            f"W&B report: {publish(comparison, args.title, command, args.out and args.out / REPORT_FILE, args.project, args.entity)}"
-        )
+        spec_file = args.out and args.out / REPORT_FILE
+        print(f"W&B report: {publish(comparison, args.title, command, spec_file, args.project, args.entity)}")
     return 0

@@ -86,9 +86,9 @@ class Comparison:
 
     def paired_note(self) -> str:
         return (
-            f"Paired differences of AVG against {self.reference_group.label}, over the seeds both ran (a seed run twice "
-            "counts once, its runs averaged): mean, SE = sample std of the differences / √pairs, 95 % interval = mean ± "
-            "t(0.975, pairs − 1) · SE; not resolved when the interval holds 0."
+            f"Paired differences of AVG against {self.reference_group.label}, over the seeds both ran "
+            "(a seed run twice counts once, its runs averaged): mean, SE = sample std of the differences / √pairs, "
+            "95 % interval = mean ± t(0.975, pairs − 1) · SE; not resolved when the interval holds 0."
         )
 
     def code_warning(self) -> str:
@@ -176,7 +176,8 @@ class Comparison:
             f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
             (
                 "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-                "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+                "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+                "td:first-child,th:first-child{text-align:left}"
                 "</style></head><body>"
             ),
             f"<h2>{html.escape(title)}</h2>",

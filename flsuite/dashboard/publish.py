@@ -44,7 +44,8 @@ def publish(
     if _resolve_wandb_mode("auto") == "offline":
         if spec_file is None:
             raise ValueError(
-                f"W&B is offline, so the report is written as a spec next to compare.md: give --out (it writes {REPORT_FILE})"
+                "W&B is offline, so the report is written as a spec next to compare.md: "
+                f"give --out (it writes {REPORT_FILE})"
             )
         return str(spec.write_spec(spec.report(study, entity or "", project), spec_file))
     if entity is None:

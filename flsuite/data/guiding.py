@@ -32,13 +32,15 @@ def fl_labels(guiding: FederatedData, fl_classes: Sequence[str]) -> torch.Tensor
     unmapped = [g for g, fl in zip(guiding.classes, chosen_for) if fl is None]
     if unmapped:
         raise DataError(
-            f"FedEGG shared_head: guiding classes {unmapped} were chosen for no FL class (the unrelated classes of MH/HH); "
+            f"FedEGG shared_head: guiding classes {unmapped} were chosen for no FL class "
+            "(the unrelated classes of MH/HH); "
             "shared_head needs every guiding class mapped (LH), or use shared_head: false"
         )
     unknown = sorted({fl for fl in chosen_for if fl not in fl_classes})
     if unknown:
         raise DataError(
-            f"FedEGG shared_head: the mapping's FL classes {unknown} are not classes of the federation's data {list(fl_classes)}"
+            f"FedEGG shared_head: the mapping's FL classes {unknown} "
+            f"are not classes of the federation's data {list(fl_classes)}"
         )
     return torch.tensor([list(fl_classes).index(fl) for fl in chosen_for])
 
@@ -101,7 +103,8 @@ class GuidingSet(DataSource):
             )
         if cls not in classes[source]:
             raise DataError(
-                f"guiding class {public!r}: source {source!r} has no class {cls!r} (it has {list(classes[source])[:12]}...)"
+                f"guiding class {public!r}: source {source!r} has no class {cls!r} "
+                f"(it has {list(classes[source])[:12]}...)"
             )
         return source, cls
 

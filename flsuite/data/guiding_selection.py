@@ -55,7 +55,8 @@ def related_classes(mapping: Mapping[str, Sequence[str]], per_class: int = 2) ->
                 i += 1
             if i == len(ranked):
                 raise DataError(
-                    f"guiding mapping: FL class {fl_class!r} has fewer than {per_class} distinct public classes not taken by others"
+                    f"guiding mapping: FL class {fl_class!r} has fewer than {per_class} distinct public classes "
+                    "not taken by others"
                 )
             taken.append(ranked[i])
             position[fl_class] = i + 1
@@ -94,6 +95,7 @@ def select_classes(
     need = len(lh) - len(keep) if level == "MH" or hh_size is None else hh_size
     if need > len(unrelated):
         raise DataError(
-            f"guiding level {level}: needs {need} unrelated pool classes, the pool has {len(unrelated)} (set hh_size or a larger pool)"
+            f"guiding level {level}: needs {need} unrelated pool classes, the pool has {len(unrelated)} "
+            "(set hh_size or a larger pool)"
         )
     return keep + [unrelated[i] for i in rng.choice(len(unrelated), need, replace=False)]

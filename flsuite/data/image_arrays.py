@@ -66,7 +66,8 @@ class ImageArrays:
             lo, hi = int(self.y.min()), int(self.y.max())
             if lo < 0 or hi >= len(classes):
                 raise ValueError(
-                    f"ImageArrays: labels must lie in [0, {len(classes)}) for {len(classes)} classes, got range [{lo}, {hi}]"
+                    f"ImageArrays: labels must lie in [0, {len(classes)}) for {len(classes)} classes, "
+                    f"got range [{lo}, {hi}]"
                 )
 
     def __len__(self) -> int:

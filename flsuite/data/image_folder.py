@@ -85,7 +85,8 @@ def resolve_dir(parent: Path, canonical: str, aliases: Sequence[str], kind: str)
             f"{kind} {canonical!r}: several folders in {parent} match {names}: {[d.name for d in matches]}"
         )
     raise FileNotFoundError(
-        f"{kind} folder for {canonical!r} not found in {parent} (tried {names}, also after normalising case/'_'/'-'/spaces); folders found: {found}"
+        f"{kind} folder for {canonical!r} not found in {parent} "
+        f"(tried {names}, also after normalising case/'_'/'-'/spaces); folders found: {found}"
     )
 
 

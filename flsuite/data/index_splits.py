@@ -43,7 +43,8 @@ def dirichlet_partition(
         raise DataError(f"cannot split {len(labels)} samples over {num_clients} clients (more clients than samples)")
     if min_size * num_clients > len(labels):
         raise DataError(
-            f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; there are {len(labels)}"
+            f"min_size={min_size} for each of {num_clients} clients needs {min_size * num_clients} samples; "
+            f"there are {len(labels)}"
         )
     for _ in range(max_draws):
         parts = _dirichlet_draw(labels, num_clients, beta, rng, min_per_class)
@@ -64,7 +65,8 @@ def _dirichlet_draw(
         reserved = min_per_class * num_clients
         if reserved > len(idx):
             raise DataError(
-                f"class {c} has {len(idx)} samples, fewer than min_per_class={min_per_class} for each of {num_clients} clients"
+                f"class {c} has {len(idx)} samples, "
+                f"fewer than min_per_class={min_per_class} for each of {num_clients} clients"
             )
         for k in range(num_clients):
             parts[k].append(idx[k * min_per_class : (k + 1) * min_per_class])

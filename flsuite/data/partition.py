@@ -152,7 +152,8 @@ class DomainSkew(Partitioner):
                 )
             if fraction != 1.0 or beta is not None:
                 raise DataError(
-                    f"client_fraction sets each client's share itself: it needs fraction 1 and beta null, got fraction {fraction!r}, beta {beta!r}"
+                    "client_fraction sets each client's share itself: it needs fraction 1 and beta null, "
+                    f"got fraction {fraction!r}, beta {beta!r}"
                 )
             client_fraction = (
                 {str(d): float(f) for d, f in client_fraction.items()}
@@ -174,7 +175,8 @@ class DomainSkew(Partitioner):
         _check_min_per_class(min_per_class)
         if min_per_class and beta is None:
             raise DataError(
-                f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); set beta or min_per_class: 0"
+                f"min_per_class={min_per_class} needs beta (it applies to the Dirichlet split); "
+                "set beta or min_per_class: 0"
             )
         self.fraction, self.clients_per_domain = float(fraction), clients_per_domain
         self.beta, self.min_per_class = (None if beta is None else float(beta)), int(min_per_class)
@@ -217,8 +219,8 @@ class DomainSkew(Partitioner):
                 each, k = int(shares[domain] * len(y)), counts[domain]
                 if each < 1 or k * each > len(y):
                     raise DataError(
-                        f"domain {domain!r}: {k} clients × client_fraction {shares[domain]} of its {len(y)} training samples "
-                        f"({each} each) needs 1 <= {k} × {each} <= {len(y)}"
+                        f"domain {domain!r}: {k} clients × client_fraction {shares[domain]} "
+                        f"of its {len(y)} training samples ({each} each) needs 1 <= {k} × {each} <= {len(y)}"
                     )
                 order = rng.permutation(len(y))
                 clients.extend(ClientIndices(domain, np.sort(order[j * each : (j + 1) * each])) for j in range(k))

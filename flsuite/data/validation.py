@@ -72,8 +72,9 @@ class ValidationSplit:
             share = held_out_per_class(y, self.fraction, data.num_classes, rng)
             if len(y) and share.sum() >= len(y):
                 raise DataError(
-                    f"validation.fraction={self.fraction} holds out {int(share.sum())} of client {c.client_id}'s {len(y)} "
-                    f"training samples (domain {c.domain!r}), leaving it none to train on; lower validation.fraction"
+                    f"validation.fraction={self.fraction} holds out {int(share.sum())} "
+                    f"of client {c.client_id}'s {len(y)} training samples (domain {c.domain!r}), "
+                    "leaving it none to train on; lower validation.fraction"
                 )
             held = [rng.permutation(np.flatnonzero(y == k))[:s] for k, s in enumerate(share) if s]
             mask = np.zeros(len(y), dtype=bool)

@@ -59,7 +59,8 @@ class ClientStates(MutableMapping[int, State]):
             raise KeyError(f"client {client} is not a client of this phase (it has {len(self._ids)})")
         if self.initial is None:
             raise KeyError(
-                f"client {client} has no state of its own yet (never sampled): its state is the method's init_client_state"
+                f"client {client} has no state of its own yet (never sampled): "
+                "its state is the method's init_client_state"
             )
         return self.initial(client)
 

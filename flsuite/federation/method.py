@@ -272,7 +272,8 @@ class HyperParameters:
             and type(settings).__dataclass_params__.frozen  # type: ignore[attr-defined]
         ):
             raise TypeError(
-                f"{type(method).__name__}.client_settings() must return a frozen dataclass instance, got {type(settings).__name__}"
+                f"{type(method).__name__}.client_settings() must return a frozen dataclass instance, "
+                f"got {type(settings).__name__}"
             )
         object.__setattr__(self, "client_module", method.client_module)
         object.__setattr__(self, "settings", copy.deepcopy(settings))
@@ -280,5 +281,6 @@ class HyperParameters:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(
-            f"clients see the method's hyperparameters read-only (tried to set {name!r}); send per-round values through broadcast"
+            f"clients see the method's hyperparameters read-only (tried to set {name!r}); "
+            "send per-round values through broadcast"
         )

@@ -28,10 +28,12 @@ def resumable_state(
             raise ValueError(f"--resume {resume}: the checkpoint's model does not match this config's model")
         if set(state.client_states.ids) != set(range(len(fed.clients))):
             raise ValueError(
-                f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, this config {len(fed.clients)}"
+                f"--resume {resume}: the checkpoint has {len(state.client_states.ids)} clients, "
+                f"this config {len(fed.clients)}"
             )
     if state.phase >= len(protocol):
         raise ValueError(
-            f"--resume {resume}: the checkpoint is in phase {state.phase}, this config's protocol has {len(protocol)} phases"
+            f"--resume {resume}: the checkpoint is in phase {state.phase}, "
+            f"this config's protocol has {len(protocol)} phases"
         )
     return state

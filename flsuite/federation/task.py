@@ -99,7 +99,8 @@ class LocalTraining:
             raise ValueError(f"local.precision must be '32-true', '16-mixed' or 'bf16-mixed', got {self.precision!r}")
         if self.precision != "32-true" and self.loop not in ("standard", "auto"):
             raise ValueError(
-                f"local.precision {self.precision!r} needs local.loop: standard (the lean and compiled loops step the raw optimiser in 32-bit)"
+                f"local.precision {self.precision!r} needs local.loop: standard "
+                "(the lean and compiled loops step the raw optimiser in 32-bit)"
             )
 
     @property

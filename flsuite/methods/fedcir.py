@@ -158,7 +158,8 @@ class FedCiR(GeneratorMethod, FedAvg):
             raise ValueError(f"FedCiR needs lam_reg >= 0 and lam_align >= 0, got {lam_reg} and {lam_align}")
         if min(generator_steps, generator_batch, noise_dim, hidden, mle_samples) < 1 or generator_lr <= 0:
             raise ValueError(
-                "FedCiR: generator_steps, generator_batch, noise_dim, hidden, mle_samples must be >= 1 and generator_lr > 0"
+                "FedCiR: generator_steps, generator_batch, noise_dim, hidden, mle_samples must be >= 1 "
+                "and generator_lr > 0"
             )
         if ensemble not in ("logits", "mixture", "per_client"):
             raise ValueError(f"FedCiR ensemble must be 'logits', 'mixture' or 'per_client', got {ensemble!r}")

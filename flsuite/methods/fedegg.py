@@ -193,7 +193,8 @@ class FedEGG(ServerStep):
             inner = self.rho * 2 ** log2_cos(client_mean, guide_mean) + self.iota
             if inner <= 0:
                 raise ValueError(
-                    f"FedEGG tau_form 'remark': rho * cos + iota = {inner:.4g} <= 0, its log is undefined; use tau_form 'eq3' or a fixed tau"
+                    f"FedEGG tau_form 'remark': rho * cos + iota = {inner:.4g} <= 0, its log is undefined; "
+                    "use tau_form 'eq3' or a fixed tau"
                 )
             state["tau"] = math.log2(inner)
         state["loss_g"] = self._guiding_loss(model, head)

@@ -45,8 +45,9 @@ def llr(loss_c: float, loss_g: float) -> float:
     run has diverged or fits its data exactly, which is refused with the values (log₂ is undefined there)."""
     if not (math.isfinite(loss_c) and math.isfinite(loss_g) and loss_c > 0 and loss_g > 0):
         raise ValueError(
-            f"FedEGG's gate needs positive, finite losses for log2(L^c / L^g); got L^c = {loss_c!r} (the clients' FL-task "
-            f"cross-entropy, momentum-averaged) and L^g = {loss_g!r} (the guiding loss)"
+            "FedEGG's gate needs positive, finite losses for log2(L^c / L^g); "
+            f"got L^c = {loss_c!r} (the clients' FL-task cross-entropy, momentum-averaged) "
+            f"and L^g = {loss_g!r} (the guiding loss)"
         )
     return math.log2(loss_c / loss_g)
 

@@ -77,7 +77,8 @@ class FedFAClient(ClientModule[FedFAClientSettings]):
         unknown = [name for name in hooked if name not in modules]
         if unknown:
             raise ValueError(
-                f"FedFA layers {unknown} are not submodules of {type(self.model).__name__} (its modules: {[n for n in modules if n]})"
+                f"FedFA layers {unknown} are not submodules of {type(self.model).__name__} "
+                f"(its modules: {[n for n in modules if n]})"
             )
         self._handles = [modules[name].register_forward_hook(functools.partial(self._hook, name)) for name in hooked]
         self._state = {k: v.to(self.device, copy=True) for k, v in self.task.broadcast.items()}

@@ -144,7 +144,8 @@ class FedGen(GeneratorMethod, FedAvg):
         super().__init__(weighting=weighting)
         if alpha < 0 or beta < 0 or not 0 < decay <= 1 or diversity < 0:
             raise ValueError(
-                f"FedGen needs alpha, beta, diversity >= 0 and 0 < decay <= 1, got {alpha}, {beta}, {diversity}, {decay}"
+                "FedGen needs alpha, beta, diversity >= 0 and 0 < decay <= 1, "
+                f"got {alpha}, {beta}, {diversity}, {decay}"
             )
         if min(generator_steps, generator_batch, noise_dim, hidden) < 1 or generator_lr <= 0:
             raise ValueError(
@@ -152,8 +153,8 @@ class FedGen(GeneratorMethod, FedAvg):
             )
         if not 0 < generator_lr_decay <= 1 or generator_weight_decay < 0 or count_start < 0:
             raise ValueError(
-                f"FedGen needs 0 < generator_lr_decay <= 1, generator_weight_decay >= 0 and count_start >= 0, got {generator_lr_decay}, "
-                f"{generator_weight_decay} and {count_start}"
+                "FedGen needs 0 < generator_lr_decay <= 1, generator_weight_decay >= 0 and count_start >= 0, "
+                f"got {generator_lr_decay}, {generator_weight_decay} and {count_start}"
             )
         self.generator_lr_decay, self.generator_weight_decay, self.count_start = (
             generator_lr_decay,

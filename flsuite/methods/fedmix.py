@@ -133,8 +133,8 @@ class FedMixClient(ClientModule[FedMixClientSettings]):
         means = self.method.means
         if means is None:
             raise RuntimeError(
-                "FedMix has no global means: they come from its own protocol's exchange (flsuite.methods.fedmix_means); "
-                "run it without a `protocol:` in the config"
+                "FedMix has no global means: they come from its own protocol's exchange "
+                "(flsuite.methods.fedmix_means); run it without a `protocol:` in the config"
             )
         self._xbar, self._ybar = means["x"].to(self.device), means["y"].to(self.device)
         self._sums = torch.zeros(len(TERMS), dtype=torch.float64, device=self.device)

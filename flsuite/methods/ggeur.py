@@ -163,7 +163,8 @@ class GGEUR(SetupStage):
     def run(self, data: FederatedData, seed: int, query: QueryRunner | None = None) -> SetupResult:
         if data.clients[0].train.x.ndim != 2:
             raise DataError(
-                f"GGEUR works on embedding vectors [N, p]; the clients hold inputs of shape {list(data.input_shape)} (set data.encoder)"
+                "GGEUR works on embedding vectors [N, p]; "
+                f"the clients hold inputs of shape {list(data.input_shape)} (set data.encoder)"
             )
         multi = self.resolved_mode(data) == "multi"
         target = self.target_per_class or (500 if multi else 2000)

@@ -108,7 +108,8 @@ class _ResNetSpec(ModelSpec):
         if self.mean is not None and self.std is not None:
             if not (len(self.mean) == len(self.std) and len(self.mean) in (1, in_channels)):
                 raise ValueError(
-                    f"{type(self).__name__}: mean/std need 1 or {in_channels} values (the input channels), got {len(self.mean)} and {len(self.std)}"
+                    f"{type(self).__name__}: mean/std need 1 or {in_channels} values (the input channels), "
+                    f"got {len(self.mean)} and {len(self.std)}"
                 )
             normalize = Normalize(self.mean, self.std)
         return ResNetClassifier(self.layers, num_classes, in_channels, self.small_input, normalize)
@@ -203,8 +204,9 @@ def imagenet_state_dict(url: str, setting: str = "the model's pretrained") -> di
                 else f"the file is not in torch.hub's cache ({cached}) and downloading it failed ({err})"
             )
             raise WeightsUnavailableError(
-                f"cannot load the ImageNet weights {url}: {problem}. Download it on a machine with a network and copy it "
-                f"to {cached} (or point TORCH_HOME at a folder holding hub/checkpoints/{cached.name}), or set {setting}: false",
+                f"cannot load the ImageNet weights {url}: {problem}. "
+                f"Download it on a machine with a network and copy it to {cached} "
+                f"(or point TORCH_HOME at a folder holding hub/checkpoints/{cached.name}), or set {setting}: false",
                 keys=(setting,) if "." in setting else (),
             ) from err
     return _STATE_DICTS[url]
@@ -225,5 +227,6 @@ def load_imagenet_weights(model: ResNetClassifier, state_dict: dict[str, torch.T
     allowed = {"fc.weight", "fc.bias", "conv1.weight"}
     if unexpected or set(missing) - allowed:
         raise RuntimeError(
-            f"ImageNet weights do not match the model: missing {sorted(set(missing) - allowed)}, unexpected {unexpected}"
+            f"ImageNet weights do not match the model: missing {sorted(set(missing) - allowed)}, "
+            f"unexpected {unexpected}"
         )

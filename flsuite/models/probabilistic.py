@@ -110,7 +110,8 @@ def _strip_head(model: nn.Module) -> None:
             setattr(model, name, nn.Identity())  # nn.Sequential too: its children are registered by name
             return
     raise TypeError(
-        f"{type(model).__name__}: its head is not a direct child module; cannot use it as a probabilistic encoder's body"
+        f"{type(model).__name__}: its head is not a direct child module; "
+        "cannot use it as a probabilistic encoder's body"
     )
 
 
@@ -160,7 +161,7 @@ def require_encoder(model: nn.Module, who: str) -> ProbabilisticModel:
     """`model`, checked to be a probabilistic encoder (a clear error names the class that is not)."""
     if not is_probabilistic(model):
         raise TypeError(
-            f"{who} needs a probabilistic encoder (encode/sample and a linear head): use model: flsuite.models.probabilistic.ProbabilisticEncoder, "
-            f"not {type(model).__name__}"
+            f"{who} needs a probabilistic encoder (encode/sample and a linear head): "
+            f"use model: flsuite.models.probabilistic.ProbabilisticEncoder, not {type(model).__name__}"
         )
     return model

@@ -42,7 +42,10 @@ class Progress:
             best_text = f"best {fmt(best.value)} (trial {best.number})"
         except ValueError:  # no complete trial yet
             best_text = "best —"
-        return f"sweep {self.sweep.name} [{done}/{self.target}] trial {trial.number}: {score} | {params} | {best_text} | {duration(seconds)} elapsed"
+        return (
+            f"sweep {self.sweep.name} [{done}/{self.target}] trial {trial.number}: "
+            f"{score} | {params} | {best_text} | {duration(seconds)} elapsed"
+        )
 
 
 def duration(seconds: float) -> str:

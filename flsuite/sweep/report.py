@@ -84,7 +84,8 @@ def write_report(sweep: Sweep, study: Any) -> dict[str, Path]:
         lines += [
             "",
             (
-                f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; rerun with `flsuite fit --config {files['best']}`."
+                f"Best: trial {best.number}, {sweep.metric} = {best.value:.4f}, parameters {best.params}; "
+                f"rerun with `flsuite fit --config {files['best']}`."
             ),
         ]
         files.update(sweep.plots(study))

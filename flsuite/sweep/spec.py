@@ -101,7 +101,8 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
         raise SweepError(f"{where}: a spec is a mapping (values / value / min+max), got {spec!r}")
     if "parameters" in spec:
         raise SweepError(
-            f"{where}: nested parameters are not supported; name the option with dots instead (e.g. method.init_args.mu)"
+            f"{where}: nested parameters are not supported; "
+            "name the option with dots instead (e.g. method.init_args.mu)"
         )
     if "probabilities" in spec:
         raise SweepError(f"{where}: `probabilities` is not supported by flsuite sweep")
@@ -111,7 +112,8 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
             raise SweepError(f"{where}: values must be a non-empty list")
         if any(v is None or isinstance(v, (dict, list)) for v in values):
             raise SweepError(
-                f"{where}: values must be scalars (W&B renders null as 'None', which flsuite does not parse; use the string 'null')"
+                f"{where}: values must be scalars "
+                "(W&B renders null as 'None', which flsuite does not parse; use the string 'null')"
             )
         return "categorical"
     if "value" in spec:
@@ -127,7 +129,8 @@ def distribution(name: str, spec: Any, path: Path | str = "sweep") -> str:
     dist = spec.get("distribution", default)
     if dist not in ("uniform", "int_uniform", "log_uniform_values", "q_uniform"):
         raise SweepError(
-            f"{where}: distribution {dist!r} is not supported; use one of uniform, int_uniform, log_uniform_values, q_uniform"
+            f"{where}: distribution {dist!r} is not supported; "
+            "use one of uniform, int_uniform, log_uniform_values, q_uniform"
         )
     if dist == "log_uniform_values" and lo <= 0:
         raise SweepError(f"{where}: log_uniform_values needs min > 0")

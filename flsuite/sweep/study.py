@@ -181,9 +181,9 @@ class Sweep:
         if problems:
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise SweepError(
-                f"{self.out} holds {len(problems)} finished trial(s) that are not the runs this sweep would make now, so "
-                f"resuming it would mix experiments in one study: {'; '.join(problems[:5])}{more}. Run the sweep into "
-                f"another --out (or move {self.out} aside)"
+                f"{self.out} holds {len(problems)} finished trial(s) that are not the runs this sweep would make now, "
+                f"so resuming it would mix experiments in one study: {'; '.join(problems[:5])}{more}. "
+                f"Run the sweep into another --out (or move {self.out} aside)"
             )
         return checked
 

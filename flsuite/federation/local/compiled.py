@@ -207,7 +207,8 @@ class CompiledSteps:
         except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
             logger.warning(
-                "local.loop: compiled steps %s one batch per compiled call: its local_loss could not be scanned over a run of batches (%s: %s)",
+                "local.loop: compiled steps %s one batch per compiled call: "
+                "its local_loss could not be scanned over a run of batches (%s: %s)",
                 type(self.client).__name__,
                 type(e).__name__,
                 first_line(e),
