@@ -38,6 +38,13 @@ def local(loop: str, **kwargs) -> LocalTraining:
     return LocalTraining(**{"epochs": 3, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3, "loop": loop, **kwargs})
 
 
+def federation(run_dir, loop: str, **overrides):
+    """A run over the clients of `client_fits` (DATA, the same model, batch 8: five full batches and one of 4 per
+    epoch): its graphs have the shapes of `client_fits(batch_size=8)`'s, so inductor's kernel cache (shared by the
+    processes of a test session) compiles their kernels once."""
+    return head_federation(run_dir, **{"data": DATA, "model": MLP(hidden=(5,)), "local": local(loop, batch_size=8), **overrides})
+
+
 def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
     """Two clients' fits from the same global weights (44 samples, batch 4: 11 equal batches, one shape)."""
     data = DATA.build(seed=1)
@@ -263,7 +270,7 @@ def test_method_hooks_and_loss_terms_work_as_in_the_lean_loop(tmp_path, method):
     hyperparameters) inside the loss: three rounds agree with the lean loop's to rounding."""
     runs = {}
     for loop in ("lean", "compiled"):
-        head_federation(tmp_path / loop, rounds=3, model=MLP(hidden=(6,)), method=method, local=local(loop, batch_size=16)).fit()
+        federation(tmp_path / loop, loop, rounds=3, method=method).fit()
         runs[loop] = load_checkpoint(tmp_path / loop).global_weights
     for k in runs["lean"]:
         torch.testing.assert_close(runs["compiled"][k], runs["lean"][k], rtol=1e-4, atol=1e-5)
@@ -280,19 +287,37 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
         assert torch.equal(fit.weights["C"], torch.ones(()))
 
 
+class Renamed(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class RenamedMLP(MLP):
+    """`MLP`'s model with other parameter names ("net.1.weight", ...): another layout, the same shapes."""
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+        return Renamed(super().build(input_shape, num_classes))
+
+
 @torch._dynamo.config.patch(recompile_limit=1)
 @pytest.mark.slow
 def test_each_client_class_compiles_on_its_own_budget():
     """Graphs are kept per client class and parameter layout, for full batches only: with dynamo allowed one graph
-    per code object, FedAvg and FedProx clients (two classes) and a second model (another layout) compile in one
-    process; runs of 4 and 5 full batches (the first epoch and the others) share one scanned graph, and an epoch's
-    smaller last batch (44 samples at batch 8) needs no second graph."""
+    per code object, FedAvg and FedProx clients (two classes) and a second model (another layout: other parameter
+    names, the same shapes, so inductor's kernel cache serves its kernels) compile in one process; runs of 4 and 5
+    full batches (the first epoch and the others) share one scanned graph, and an epoch's smaller last batch (44
+    samples at batch 8) needs no second graph."""
     torch._dynamo.reset()  # as in a new process: earlier tests compiled these layouts at other batch sizes and
     compiled.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
     compiled.compiled_loss_and_grads.cache_clear()
     client_fits("compiled", batch_size=8)
     client_fits("compiled", batch_size=8, method=FedProx(mu=0.5))
-    client_fits("compiled", batch_size=8, model=MLP(hidden=(7,)))
+    fits = client_fits("compiled", batch_size=8, model=RenamedMLP(hidden=(5,)))
+    assert "net.1.weight" in fits[0].weights
 
 
 @torch._dynamo.config.patch(recompile_limit=1)
@@ -306,10 +331,9 @@ def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
     calls = scanned_calls(monkeypatch)
     runs = {}
     for loop in ("lean", "compiled"):
-        schedule = local(loop, batch_size=16, lr_milestones=[2])
-        head_federation(tmp_path / loop, rounds=3, model=MLP(hidden=(6,)), local=schedule).fit()
+        federation(tmp_path / loop, loop, rounds=3, local=local(loop, batch_size=8, lr_milestones=[2])).fit()
         runs[loop] = load_checkpoint(tmp_path / loop).global_weights
-    assert len(calls) == 3 * 4 * 3  # rounds x clients x epochs: every epoch scanned
+    assert len(calls) == 3 * 2 * 3  # rounds x clients x epochs: every epoch scanned
     for k in runs["lean"]:
         torch.testing.assert_close(runs["compiled"][k], runs["lean"][k], rtol=1e-4, atol=1e-5)
 
@@ -393,15 +417,15 @@ def test_layouts_key_the_compiled_functions():
 @pytest.mark.slow
 def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path, local_ray):
     """A Ray worker compiles its own graphs; they compute what the driver's compile computes. One worker (it fits the
-    four clients in turn, the later ones on its graphs): a second would compile the same graphs again, and Ray's
+    two clients in turn, the later one on its graphs): a second would compile the same graphs again, and Ray's
     results from several workers are compared with the serial ones in tests/federation/test_ray_executor.py. The
     driver's graphs are those of `test_method_hooks_and_loss_terms_work_as_in_the_lean_loop[fedprox (loss term)]`
     (same client class and layout), compiled once in a process that runs both."""
     from flsuite.federation.ray_executor import RayExecutor
 
-    kwargs = {"rounds": 2, "model": MLP(hidden=(6,)), "method": FedProx(mu=0.5), "local": local("compiled", batch_size=16)}
-    head_federation(tmp_path / "serial", **kwargs).fit()
-    head_federation(tmp_path / "ray", executor=RayExecutor(num_workers=1, keep_workers=True), **kwargs).fit()
+    kwargs = {"rounds": 2, "method": FedProx(mu=0.5)}
+    federation(tmp_path / "serial", "compiled", **kwargs).fit()
+    federation(tmp_path / "ray", "compiled", executor=RayExecutor(num_workers=1, keep_workers=True), **kwargs).fit()
     assert (tmp_path / "serial" / "metrics.jsonl").read_text() == (tmp_path / "ray" / "metrics.jsonl").read_text()
     serial, ray = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
     assert all(torch.equal(serial[k], ray[k]) for k in serial)
