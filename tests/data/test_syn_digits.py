@@ -1,4 +1,4 @@
-"""Tests for flsuite.data.syn_digits."""
+"""Tests for flsuite.data.syn_digits and the fonts it renders from (flsuite.data.digit_fonts)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from flsuite.data import syn_digits
+from flsuite.data import digit_fonts
 from flsuite.data.image_arrays import DIGIT_CLASSES
-from flsuite.data.syn_digits import discover_fonts, render_syn_digits
+from flsuite.data.digit_fonts import discover_fonts
+from flsuite.data.syn_digits import render_syn_digits
 
 FONTS = discover_fonts()
 pytestmark = pytest.mark.skipif(not FONTS, reason="no TrueType font with digits on this machine")
@@ -58,9 +59,9 @@ def test_explicit_single_font_is_used(tmp_path: Path) -> None:
 def test_no_fonts_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(FileNotFoundError, match="no usable TrueType font"):
         render_syn_digits(5, seed=0, fonts=[])
-    monkeypatch.setattr(syn_digits, "_fc_list_fonts", lambda: [])
-    monkeypatch.setattr(syn_digits, "_SYSTEM_FONT_DIRS", ())
-    monkeypatch.setattr(syn_digits, "_matplotlib_fonts", lambda: [])
+    monkeypatch.setattr(digit_fonts, "_fc_list_fonts", lambda: [])
+    monkeypatch.setattr(digit_fonts, "_SYSTEM_FONT_DIRS", ())
+    monkeypatch.setattr(digit_fonts, "_matplotlib_fonts", lambda: [])
     assert discover_fonts() == []
     with pytest.raises(FileNotFoundError, match="no usable TrueType font"):
         render_syn_digits(5, seed=0)
@@ -73,8 +74,8 @@ def test_symbol_fonts_are_rejected() -> None:
     ttf = Path(next(iter(spec.submodule_search_locations))) / "mpl-data" / "fonts" / "ttf"
     if not (ttf / "cmsy10.ttf").is_file() or not (ttf / "cmr10.ttf").is_file():
         pytest.skip("matplotlib's Computer Modern fonts not present")
-    assert not syn_digits._renders_digits(str(ttf / "cmsy10.ttf"))  # '0'..'9' are math symbols there
-    assert syn_digits._renders_digits(str(ttf / "cmr10.ttf"))
+    assert not digit_fonts._renders_digits(str(ttf / "cmsy10.ttf"))  # '0'..'9' are math symbols there
+    assert digit_fonts._renders_digits(str(ttf / "cmr10.ttf"))
     names = [p.name for p in FONTS]
     assert "cmsy10.ttf" not in names and len(names) == len(set(names))
 
@@ -89,12 +90,12 @@ def test_the_machines_fonts_do_not_change_the_rendered_set(tmp_path: Path, monke
     """The default fonts are matplotlib's (the same on every machine with that matplotlib): a font the machine has
     installed, as `fc-list` reports it, changes nothing unless asked for. It did before: installing a font package
     here changed a committed FedEGG run, whose guiding set holds SYN digits."""
-    folder = syn_digits.bundled_font_folder()
+    folder = digit_fonts.bundled_font_folder()
     assert folder is not None and (folder / "cmr10.ttf").is_file()
     before = render_syn_digits(60, seed=5)
     extra = tmp_path / "AAExtraSerif.ttf"  # sorts first among the machine's fonts
     extra.write_bytes((folder / "cmr10.ttf").read_bytes())
-    monkeypatch.setattr(syn_digits, "_fc_list_fonts", lambda: [extra])
+    monkeypatch.setattr(digit_fonts, "_fc_list_fonts", lambda: [extra])
     after = render_syn_digits(60, seed=5)
     assert torch.equal(before.x, after.x) and torch.equal(before.y, after.y)
     assert extra not in discover_fonts() and discover_fonts(include_system=True)[0] == extra
