@@ -8,8 +8,9 @@ distorted digits, neighbouring digits as distractors), not a copy of the publish
 
 Decision: by default the fonts are the ones matplotlib's wheel ships (DejaVu, STIX, Computer Modern), not the
 machine's: the rendered set, and every number trained on it, is then the same on every machine with the same
-matplotlib release. The machine's fonts (``fc-list``) only on request (``digit_fonts.discover_fonts(include_system=True)``,
-passed as ``fonts``); installing a font package once changed a committed FedEGG run here.
+matplotlib release. The machine's fonts (``fc-list``) only on request
+(``digit_fonts.discover_fonts(include_system=True)``, passed as ``fonts``); installing a font package once changed a
+committed FedEGG run here.
 """
 
 from __future__ import annotations
