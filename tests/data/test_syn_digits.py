@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from flsuite.data import digit_fonts
-from flsuite.data.image_arrays import DIGIT_CLASSES
 from flsuite.data.digit_fonts import discover_fonts
+from flsuite.data.image_arrays import DIGIT_CLASSES
 from flsuite.data.syn_digits import render_syn_digits
 
 FONTS = discover_fonts()
