@@ -171,6 +171,75 @@ def test_the_type_level_cycle_check_sees_an_import_under_type_checking(tmp_path,
     test_no_import_cycle_inside_the_methods_even_at_type_level()
 
 
+#: The engine's one circle at type level (issue 34): a phase runs with a `RunContext`, which runs nested phases.
+ENGINE_CIRCLE = {"flsuite.federation.phases", "flsuite.federation.context"}
+
+
+def components(graph: dict[str, list[str]]) -> list[set[str]]:
+    """The strongly connected components of `graph` of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set(stack[stack.index(node) :])
+            del stack[stack.index(node) :]
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_component_finder_finds_the_circles():
+    assert components({"a": ["b"], "b": ["c", "d"], "c": ["a"], "d": ["e"], "e": ["d"], "f": ["a"]}) == [{"d", "e"}, {"a", "b", "c"}]
+    assert components({"a": ["b"], "b": [], "c": ["a", "b"]}) == []
+
+
+def test_the_engine_circles_only_through_phases_and_context_even_at_type_level():
+    """Imports under `if TYPE_CHECKING:` counted, and a module's import of its own package's `__init__` dropped (as
+    `test_no_import_cycles` does), the engine's one circle is `phases` <-> `context` (or none): a lower module that
+    needs a higher one's type declares what it needs as a `typing.Protocol` the higher class satisfies
+    (`server_context.ServerContext`, `server.StepRun`, `query.QueryEnvironment`, `phases.OwnProtocol`)."""
+    graph = {m: sorted({t for t, _ in ts}) for m, ts in imports(modules()).items()}
+    graph = {m: [t for t in ts if not m.startswith(f"{t}.")] for m, ts in graph.items()}
+    engine = [c for c in components(graph) if any(m.startswith("flsuite.federation") for m in c)]
+    assert engine in ([], [ENGINE_CIRCLE])
+
+
+def test_the_engine_circle_check_sees_a_circle_closed_under_type_checking(tmp_path, monkeypatch):
+    """The check above on a made-up engine shaped as it was before issue 34: the method contract imports the phases
+    under TYPE_CHECKING (`Method.protocol() -> list[Phase]`), and the run context imports the method at run time."""
+    engine = tmp_path / "flsuite" / "federation"
+    engine.mkdir(parents=True)
+    (engine / "__init__.py").write_text("")
+    typing_only = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from flsuite.federation.{} import {}\n"
+    (engine / "context.py").write_text("from flsuite.federation.method import Method\n" + typing_only.format("phases", "Phase"))
+    (engine / "phases.py").write_text(typing_only.format("context", "RunContext"))
+    (engine / "method.py").write_text(typing_only.format("phases", "Phase"))
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "flsuite")
+    assert imports(modules())["flsuite.federation.method"] == [("flsuite.federation.phases", True)]
+    with pytest.raises(AssertionError):
+        test_the_engine_circles_only_through_phases_and_context_even_at_type_level()
+    (engine / "method.py").write_text("")
+    test_the_engine_circles_only_through_phases_and_context_even_at_type_level()
+    (engine / "phases.py").write_text("")
+    test_the_engine_circles_only_through_phases_and_context_even_at_type_level()
+
+
 def test_every_function_of_fkpl_is_under_40_lines():
     """FKPL's package reads in short functions (issue 34): decorators to the last line, signatures and docstrings
     included."""

@@ -37,7 +37,6 @@ from flsuite.federation.transport import Transport, Travel
 from flsuite.federation.weights import num_bytes, weighted_average
 
 if TYPE_CHECKING:
-    from flsuite.federation.phases import Phase
     from flsuite.federation.server_context import ServerContext
 
 
@@ -163,6 +162,7 @@ class Method:
     Subclasses set `client_module` to their `ClientModule` subclass and override the hooks they need. Hooks receive
     state and return new state: the loop commits a round only when it has completed. Clients never see the live
     server object: they get `HyperParameters`, taken when a phase starts, whose settings are `client_settings()`.
+    A multi-stage method that runs its own protocol also defines `protocol()` (`flsuite.federation.phases.OwnProtocol`).
     """
 
     client_module: ClassVar[type[ClientModule]] = ClientModule
@@ -186,12 +186,6 @@ class Method:
         """The hyperparameters this method's clients read, as a frozen dataclass instance (what `ClientModule.method`
         is; e.g. SCAFFOLD's `ScaffoldClientSettings(effective_steps)`). Default: `NoSettings()`."""
         return NoSettings()
-
-    def protocol(self) -> list[Phase] | None:
-        """The phases this method runs when the config gives no `protocol:`; None (the default): rounds of this
-        method over every client (`Federation` resolves it to `[Rounds()]`). A multi-stage method (e.g. cluster,
-        train experts, calibrate a head) returns its own."""
-        return None
 
     def init_server_state(self, global_weights: Weights) -> State:
         """Server-side state kept across rounds (checkpointed)."""

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -70,6 +70,20 @@ class Phase(abc.ABC):
     def summary_extras(self, state: FederationState) -> dict[str, Any]:
         """Numbers this phase adds to the final summary (e.g. its communication and time per stage)."""
         return {}
+
+
+@runtime_checkable
+class OwnProtocol(Protocol):
+    """A method that runs its own protocol when the config gives no `protocol:` (FKPL: cluster, train experts,
+    calibrate; FedMix): `protocol()` returns its phases, or None for rounds of it over every client. Declared here,
+    beside `Phase`, not on `Method`: the method contract (`flsuite.federation.method`) stays below the phases."""
+
+    def protocol(self) -> list[Phase] | None: ...
+
+
+def own_protocol(method: Method) -> list[Phase] | None:
+    """`method`'s own protocol (`OwnProtocol`), or None (`Federation` then runs `[Rounds()]`)."""
+    return method.protocol() if isinstance(method, OwnProtocol) else None
 
 
 @dataclass

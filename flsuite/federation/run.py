@@ -22,7 +22,7 @@ from flsuite.federation.executors import Executor, SerialExecutor
 from flsuite.federation.local.choice import resolved
 from flsuite.federation.local.client import ClientEnvironment
 from flsuite.federation.method import HyperParameters, Method
-from flsuite.federation.phases import Phase, Rounds
+from flsuite.federation.phases import Phase, Rounds, own_protocol
 from flsuite.federation.resume import resumable_state
 from flsuite.federation.run_loop_choice import run_loop_choice
 from flsuite.federation.sampling import ClientSampling
@@ -129,7 +129,7 @@ class Federation:
         self.seeds = resolve_seeds(seed, data_seed, train_seed)  # checked before any work
         self.rounds, self.seed, self.local, self.sampling, self.executor = rounds, seed, local, sampling, executor
         self.setup, self.server_steps = list(setup or []), list(server_steps or [])
-        self.protocol: list[Phase] = list(protocol or self.method.protocol() or [Rounds()])
+        self.protocol: list[Phase] = list(protocol or own_protocol(self.method) or [Rounds()])
         check_step_names(self.server_steps)
         if len({p.name for p in self.protocol}) != len(self.protocol):
             raise ValueError(f"protocol: phase names must be distinct, got {[p.name for p in self.protocol]}")

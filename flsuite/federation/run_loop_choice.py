@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import yaml
 
 from flsuite.data.base import FederatedData
+from flsuite.federation.executors import Executor
 from flsuite.federation.local.choice import LoopChoice, choose_loop
+from flsuite.federation.method import Method
+from flsuite.federation.sampling import ClientSampling
 from flsuite.federation.state import FederationState
-
-if TYPE_CHECKING:
-    from flsuite.federation.run import Federation
+from flsuite.federation.task import LocalTraining
 
 log = logging.getLogger("flsuite.federation.run")  # the run's logger: the choice is a line of the run's log
 
 
-def run_loop_choice(federation: Federation, fed: FederatedData, state: FederationState) -> LoopChoice:
+class LoopRun(Protocol):
+    """What the choice reads of its run (`flsuite.federation.run.Federation` is one)."""
+
+    local: LocalTraining
+    method: Method
+    sampling: ClientSampling
+    rounds: int
+    executor: Executor
+
+
+def run_loop_choice(federation: LoopRun, fed: FederatedData, state: FederationState) -> LoopChoice:
     """`local.loop` decided for this run (`flsuite.federation.local.choice`), logged; kept in the checkpointed
     state (`state.local_loop`), so a resumed run trains with the loop it started with."""
     if state.local_loop is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import lightning as L
 import torch
@@ -28,6 +28,7 @@ from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import make_trainer
 from flsuite.federation.local.loops import LocalFit
 from flsuite.federation.method import ClientModule, NoSettings
+from flsuite.federation.query import ClientQuery, QueryOutcome
 from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import (
     ClientResult,
@@ -38,12 +39,10 @@ from flsuite.federation.task import (
     Weights,
 )
 from flsuite.federation.weights import clone_weights
-from flsuite.seeding import derive_seed, torch_generator
+from flsuite.models.heads import ModelSpec
+from flsuite.seeding import Seeds, derive_seed, torch_generator
 
-if TYPE_CHECKING:
-    from flsuite.federation.context import RunContext
-
-__all__ = ["PublicData", "RoundServer", "ServerFinetune", "ServerStep", "run_server_steps"]
+__all__ = ["PublicData", "RoundServer", "ServerFinetune", "ServerStep", "StepRun", "run_server_steps"]
 
 #: The client id of the server's own supervised fits (`RoundServer.train`).
 SERVER = -1
@@ -127,6 +126,36 @@ class PublicData:
         return Split(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
 
 
+class StepRunSettings(Protocol):
+    """The run's settings a server step reads (`flsuite.federation.context.RunSettings` has them)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def seeds(self) -> Seeds: ...
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def local(self) -> LocalTraining: ...
+
+
+class StepRun(Protocol):
+    """What a server step may use of its run when its phase starts (`prepare`, `init_state`): the settings, the
+    data, and one-shot client queries. The engine passes its `RunContext` (`flsuite.federation.context`)."""
+
+    @property
+    def settings(self) -> StepRunSettings: ...
+    @property
+    def data(self) -> FederatedData: ...
+    def query(
+        self,
+        query: ClientQuery,
+        clients: Sequence[int] | None = None,
+        broadcast: dict[str, Any] | None = None,
+        weights: Weights | None = None,
+    ) -> QueryOutcome: ...
+
+
 class ServerStep(abc.ABC):
     """A server-side computation after aggregation, composable with any method (`server_steps:` in YAML)."""
 
@@ -134,11 +163,11 @@ class ServerStep(abc.ABC):
     def name(self) -> str:
         return type(self).__name__.lower()
 
-    def prepare(self, run: RunContext) -> None:
+    def prepare(self, run: StepRun) -> None:
         """Called at the start of every `Rounds` phase that uses the step (also on resume), e.g. to build server
         data from the data seed (`run.settings.seeds.data`)."""
 
-    def init_state(self, global_weights: Weights, run: RunContext) -> State:
+    def init_state(self, global_weights: Weights, run: StepRun) -> State:
         """The step's state when its phase starts (checkpointed; not recomputed on resume). `run.query` may ask the
         clients a one-shot question here (e.g. under the initial weights)."""
         return {}
@@ -181,7 +210,7 @@ class ServerFinetune(ServerStep):
         )
         self._split: Split | None = None
 
-    def prepare(self, run: RunContext) -> None:
+    def prepare(self, run: StepRun) -> None:
         self._split = self.data.build(run.settings.seeds.data)
 
     def step(self, ctx: ServerContext, weights: Weights, state: State) -> ServerUpdate:

@@ -38,7 +38,7 @@ features, the encoder is the pre-trained part). The equations as functions, and 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +46,7 @@ from torch import nn
 
 from flsuite.data.base import EpochBatches, Split
 from flsuite.data.guiding import fl_labels
-from flsuite.federation.server import PublicData, ServerStep
+from flsuite.federation.server import PublicData, ServerStep, StepRun
 from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import LocalTraining, ServerUpdate, State, Weights
 from flsuite.federation.weights import clone_weights
@@ -63,9 +63,6 @@ from flsuite.methods.fedegg_equations import (
 )
 from flsuite.models.representation import check_contract
 from flsuite.seeding import numpy_rng, torch_generator
-
-if TYPE_CHECKING:
-    from flsuite.federation.context import RunContext
 
 
 class Guided(nn.Module):
@@ -150,7 +147,7 @@ class FedEGG(ServerStep):
         self._eval: Split | None = None
         self._local: LocalTraining | None = None
 
-    def prepare(self, run: RunContext) -> None:
+    def prepare(self, run: StepRun) -> None:
         seed = run.settings.seeds.data  # the guiding set and its L^g subset are data: the data seed (flsuite.seeding)
         built = self.data.source.build(seed)
         self._split = self.data.pool(built)
@@ -166,7 +163,7 @@ class FedEGG(ServerStep):
         self._local = run.settings.local
 
     # ---- Phase 1 ---------------------------------------------------------------------------------------------
-    def init_state(self, global_weights: Weights, run: RunContext) -> State:
+    def init_state(self, global_weights: Weights, run: StepRun) -> State:
         assert self._split is not None and self._eval is not None
         fed = run.settings
         model = fed.model.build(run.data.input_shape, run.data.num_classes)
