@@ -1,4 +1,5 @@
-"""docs/architecture.md's "How to add a method", run as written: its module and its config overlay, taken from the page."""
+"""docs/architecture.md's "How to add a method", run as written: its module and its config overlay, taken from the
+page."""
 
 from __future__ import annotations
 

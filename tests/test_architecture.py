@@ -24,7 +24,10 @@ LAYERS = [
     ("run services", ("metrics", "tracking", "run_environment", "runfolder", "provenance", "preflight")),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
-    ("tools", ("cli", "cli_parsers", "config_files", "config_errors", "fit_data", "pool", "sweep", "compare", "dashboard")),
+    (
+        "tools",
+        ("cli", "cli_parsers", "config_files", "config_errors", "fit_data", "pool", "sweep", "compare", "dashboard"),
+    ),
 ]
 
 
@@ -104,7 +107,9 @@ def test_models_never_import_data_and_the_engine_never_imports_methods():
 
     assert edges("flsuite.models", "flsuite.data") == edges("flsuite.federation", "flsuite.methods") == []
     assert edges("flsuite.data", "flsuite.federation") == []
-    assert [(m, t) for m, ts in graph.items() if layer_of(m) < layer_of("flsuite.cli") for t, _ in ts if t == "flsuite.cli"] == []
+    assert [
+        (m, t) for m, ts in graph.items() if layer_of(m) < layer_of("flsuite.cli") for t, _ in ts if t == "flsuite.cli"
+    ] == []
 
 
 def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
@@ -150,7 +155,11 @@ def test_no_import_cycle_inside_the_methods_even_at_type_level():
     """Inside `methods/` an import under `if TYPE_CHECKING:` counts too, and so does a module's import of its own
     package's `__init__` (which imports the module): a method's modules import downwards only (FKPL's package:
     settings and the math at the bottom, the phases above them, `FKPL` in `__init__` on top)."""
-    graph = {m: sorted({t for t, _ in ts if t.startswith(METHODS)}) for m, ts in imports(modules()).items() if m.startswith(METHODS)}
+    graph = {
+        m: sorted({t for t, _ in ts if t.startswith(METHODS)})
+        for m, ts in imports(modules()).items()
+        if m.startswith(METHODS)
+    }
     assert find_cycle(graph) is None
 
 
@@ -160,7 +169,9 @@ def test_the_type_level_cycle_check_sees_an_import_under_type_checking(tmp_path,
     package = tmp_path / "flsuite" / "methods" / "made_up"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("from flsuite.methods.made_up.phase import Stage\n")
-    (package / "phase.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from flsuite.methods.made_up import Method\n")
+    (package / "phase.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from flsuite.methods.made_up import Method\n"
+    )
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "flsuite")
     made_up = "flsuite.methods.made_up"
@@ -204,7 +215,10 @@ def components(graph: dict[str, list[str]]) -> list[set[str]]:
 
 
 def test_the_component_finder_finds_the_circles():
-    assert components({"a": ["b"], "b": ["c", "d"], "c": ["a"], "d": ["e"], "e": ["d"], "f": ["a"]}) == [{"d", "e"}, {"a", "b", "c"}]
+    assert components({"a": ["b"], "b": ["c", "d"], "c": ["a"], "d": ["e"], "e": ["d"], "f": ["a"]}) == [
+        {"d", "e"},
+        {"a", "b", "c"},
+    ]
     assert components({"a": ["b"], "b": [], "c": ["a", "b"]}) == []
 
 
@@ -226,7 +240,9 @@ def test_the_engine_circle_check_sees_a_circle_closed_under_type_checking(tmp_pa
     engine.mkdir(parents=True)
     (engine / "__init__.py").write_text("")
     typing_only = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from flsuite.federation.{} import {}\n"
-    (engine / "context.py").write_text("from flsuite.federation.method import Method\n" + typing_only.format("phases", "Phase"))
+    (engine / "context.py").write_text(
+        "from flsuite.federation.method import Method\n" + typing_only.format("phases", "Phase")
+    )
     (engine / "phases.py").write_text(typing_only.format("context", "RunContext"))
     (engine / "method.py").write_text(typing_only.format("phases", "Phase"))
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
@@ -254,7 +270,9 @@ def test_every_function_of_fkpl_is_under_40_lines():
 
 
 def test_no_file_in_the_package_is_over_300_lines():
-    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}
 
 
@@ -283,7 +301,14 @@ def test_every_class_path_in_configs_and_docs_resolves():
 #: Public members of the contract that are the engine's, not hooks a method overrides or declares (issue 34).
 ENGINE_OWNED = {
     "ClientModule": {"forward", "step_hooks"},  # nn.Module's call; derived from which step hooks a class overrides
-    "Method": {"num_clients", "parameter_names", "transport", "travelling", "bytes_down", "bytes_up"},  # set by setup; accounting
+    "Method": {
+        "num_clients",
+        "parameter_names",
+        "transport",
+        "travelling",
+        "bytes_down",
+        "bytes_up",
+    },  # set by setup; accounting
 }
 
 

@@ -34,7 +34,9 @@ def _fit_runs(root: Path) -> dict[str, Path]:
     from flsuite.models.probabilistic import ProbabilisticEncoder
     from tests.methods.test_fkpl import fkpl_federation
 
-    guiding = PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=90))
+    guiding = PublicData(
+        GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=90)
+    )
     sgd = LocalTraining(epochs=1, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
     runs = {k: root / k for k in ("fedavg", "fedegg", "fedcir", "fkpl")}
 
@@ -42,9 +44,22 @@ def _fit_runs(root: Path) -> dict[str, Path]:
         return yaml.safe_dump({"name": "study", "method": {"class_path": f"flsuite.methods.{method}"}, **more})
 
     head_federation(runs["fedavg"], name="study", rounds=3).fit(config_yaml=config("fedavg.FedAvg"))
-    egg = head_federation(runs["fedegg"], name="study", rounds=3, model=MLP(hidden=(16,)), local=sgd, server_steps=[FedEGG(guiding, tau=10.0)])
+    egg = head_federation(
+        runs["fedegg"],
+        name="study",
+        rounds=3,
+        model=MLP(hidden=(16,)),
+        local=sgd,
+        server_steps=[FedEGG(guiding, tau=10.0)],
+    )
     egg.fit(config_yaml=config("fedavg.FedAvg", server_steps=[{"class_path": "flsuite.methods.fedegg.FedEGG"}]))
-    cir = head_federation(runs["fedcir"], name="study", rounds=2, model=ProbabilisticEncoder(hidden=[16], dim=8), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
+    cir = head_federation(
+        runs["fedcir"],
+        name="study",
+        rounds=2,
+        model=ProbabilisticEncoder(hidden=[16], dim=8),
+        method=FedCiR(lam_reg=0.5, lam_align=1e-3),
+    )
     cir.fit(config_yaml=config("fedcir.FedCiR"))
     fkpl_federation(runs["fkpl"]).fit(config_yaml=config("fkpl.FKPL"))
     return runs
@@ -72,12 +87,17 @@ def metric_keys(saved: dict) -> set[str]:
         keys.update(config.get("metrics", []))
         keys.update([config["xAxis"]] if "xAxis" in config else [])
         keys.update([config["targetKey"]] if "targetKey" in config else [])
-        keys.update(c["accessor"].removeprefix("summary:") for c in config.get("columns", []) if c["accessor"].startswith("summary:"))
+        keys.update(
+            c["accessor"].removeprefix("summary:")
+            for c in config.get("columns", [])
+            if c["accessor"].startswith("summary:")
+        )
     return keys
 
 
 def config_columns(saved: dict) -> list[str]:
-    """Config keys of parallel-coordinate columns, dotted as in flsuite's configs (`config:method.value.init_args.mu`)."""
+    """Config keys of parallel-coordinate columns, dotted as in flsuite's configs
+    (`config:method.value.init_args.mu`)."""
     out = []
     for p in _panels(saved):
         for c in p["config"].get("columns", []):
@@ -99,7 +119,9 @@ def test_the_workspace_names_only_declared_keys_that_real_runs_log(runs):
     named = metric_keys(saved)
     assert named == view.metric_keys() | {records.ROUND}
     assert all(records.is_declared(k) for k in named), sorted(k for k in named if not records.is_declared(k))
-    assert named - {records.ROUND} <= keys.history | keys.summary, sorted(named - keys.history - keys.summary - {records.ROUND})
+    assert named - {records.ROUND} <= keys.history | keys.summary, sorted(
+        named - keys.history - keys.summary - {records.ROUND}
+    )
     names = [s.name for s in view.sections]
     assert {"FedEGG", "FedCiR", "FKPL", "Communication", "Time per round", "Convergence"} <= set(names)
     for domain in ("domain0", "domain1"):
@@ -110,7 +132,13 @@ def test_each_declared_diagnostic_is_logged_by_its_method(runs):
     """A key renamed where a method writes it (or in records.py) fails here and in the test above."""
     by_run = {name: run_folder_keys(path) for name, path in runs.items()}
     expected = {
-        "fedavg": (records.TOTAL_BYTES_UP, records.TOTAL_BYTES_DOWN, records.ROUND_SECONDS, records.ACC_MEAN, "last5/acc_std_sample"),
+        "fedavg": (
+            records.TOTAL_BYTES_UP,
+            records.TOTAL_BYTES_DOWN,
+            records.ROUND_SECONDS,
+            records.ACC_MEAN,
+            "last5/acc_std_sample",
+        ),
         "fedegg": (records.FEDEGG_UPDATE_RATIO, records.FEDEGG_GATE),
         "fedcir": records.FEDCIR_LOSS_SHARES,
         "fkpl": (*records.FKPL_STAGE_BYTES_UP, *records.FKPL_STAGE_BYTES_DOWN, *records.FKPL_STAGE_SECONDS),
@@ -118,7 +146,9 @@ def test_each_declared_diagnostic_is_logged_by_its_method(runs):
     for name, keys in expected.items():
         assert [k for k in keys if not by_run[name].has(k)] == [], name
     assert not by_run["fedavg"].has(records.FEDEGG_GATE)
-    assert [s.name for s in plan.project_view(by_run["fedavg"]).sections if s.name in ("FedEGG", "FedCiR", "FKPL")] == []
+    assert [
+        s.name for s in plan.project_view(by_run["fedavg"]).sections if s.name in ("FedEGG", "FedCiR", "FKPL")
+    ] == []
 
 
 def test_the_workspace_groups_by_job_type_and_filters_by_group_or_tag(runs):
@@ -126,13 +156,19 @@ def test_the_workspace_groups_by_job_type_and_filters_by_group_or_tag(runs):
     saved = spec.to_spec(spec.workspace(plan.project_view(keys, plan.RunFilter(group="study")), "", "flsuite"))
     runset = saved["spec"]["spec"]["section"]["runSets"][0]
     assert runset["grouping"] == [{"section": "run", "name": "jobType"}]
-    assert [(f["key"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [({"section": "run", "name": "group"}, "=", "study")]
+    assert [(f["key"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [
+        ({"section": "run", "name": "group"}, "=", "study")
+    ]
     grouped = [p["config"] for p in _panels(saved) if p["viewType"] in ("Run History Line Plot", "Bar Chart")]
-    assert grouped and all(c["groupBy"] == "jobType" and c["groupAgg"] == "mean" and c["groupArea"] == "stddev" for c in grouped)
+    assert grouped and all(
+        c["groupBy"] == "jobType" and c["groupAgg"] == "mean" and c["groupArea"] == "stddev" for c in grouped
+    )
     assert all(c["xAxis"] == records.ROUND for c in grouped if "xAxis" in c)
     tagged = spec.to_spec(spec.workspace(plan.project_view(keys, plan.RunFilter(tag="FedAvg")), "", "flsuite"))
     tag_filters = tagged["spec"]["spec"]["section"]["runSets"][0]["filters"]["filters"]
-    assert [(f["key"], f["op"], f["value"]) for f in tag_filters] == [({"section": "run", "name": "tags"}, "IN", ["FedAvg"])]
+    assert [(f["key"], f["op"], f["value"]) for f in tag_filters] == [
+        ({"section": "run", "name": "tags"}, "IN", ["FedAvg"])
+    ]
 
 
 def test_a_dry_run_without_runs_shows_every_declared_panel():
@@ -170,7 +206,11 @@ def test_the_sweep_metric_is_logged_once_per_round_and_the_replay_is_what_wandb_
 
     monkeypatch.setattr(wandb.sdk.wandb_run.Run, "log", spy)
     head_federation(tmp_path, rounds=4, wandb=WandbConfig(enabled=True)).fit()
-    history = [d for d in logged if records.ROUND in d and any(records.is_declared(k) for k in d if k != records.ROUND) and "partition" not in d]
+    history = [
+        d
+        for d in logged
+        if records.ROUND in d and any(records.is_declared(k) for k in d if k != records.ROUND) and "partition" not in d
+    ]
     for sweep in map(plan.SweepFile.read, SWEEPS):
         counts = Counter(d[records.ROUND] for d in history if sweep.metric in d)
         if sweep.per_round:
@@ -205,7 +245,10 @@ def test_the_cli_dry_run_writes_the_spec(runs, tmp_path, capsys):
     from flsuite.cli import main
 
     out = tmp_path / "view.json"
-    assert main(["dashboard", "--project", "p", "--group", "study", "--runs", str(runs["fedcir"]), "--dry-run", str(out)]) == 0
+    assert (
+        main(["dashboard", "--project", "p", "--group", "study", "--runs", str(runs["fedcir"]), "--dry-run", str(out)])
+        == 0
+    )
     saved = json.loads(out.read_text())
     assert saved["kind"] == "workspace" and saved["spec"]["project"] == "p"
     assert records.FEDCIR_LOSS_SHARES[0] in metric_keys(saved) and records.FEDEGG_GATE not in metric_keys(saved)

@@ -27,11 +27,17 @@ def sweep_table(text: str) -> dict[str, list[str]]:
 def test_the_sweeps_table_lists_every_file_in_sweeps_with_its_method_and_metric():
     table = sweep_table((ROOT / "docs" / "sweeps.md").read_text())
     files = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "sweeps").glob("*.yaml")}
-    assert sorted(table) == sorted(files), f"not in the table: {sorted(set(files) - set(table))}; no such file: {sorted(set(table) - set(files))}"
+    assert sorted(table) == sorted(files), (
+        f"not in the table: {sorted(set(files) - set(table))}; no such file: {sorted(set(table) - set(files))}"
+    )
     for name, cfg in files.items():
         method, _, metric, _ = table[name]
-        assert method.startswith(cfg["method"]), f"{name}: the table says {method!r}, the file's method is {cfg['method']}"
-        assert metric == f"`{cfg['metric']['name']}`", f"{name}: the table says {metric}, the file's metric is {cfg['metric']['name']}"
+        assert method.startswith(cfg["method"]), (
+            f"{name}: the table says {method!r}, the file's method is {cfg['method']}"
+        )
+        assert metric == f"`{cfg['metric']['name']}`", (
+            f"{name}: the table says {metric}, the file's metric is {cfg['metric']['name']}"
+        )
 
 
 def test_the_table_parser_sees_a_missing_file():

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "lock.txt"
 #: The command that writes the lock (README "Set up and run"); uv writes it into the lock's header.
 LOCK_COMMAND = (
-    "uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --constraint requirements/lock-constraints.txt -o requirements/lock.txt"
+    "uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --constraint "
+    "requirements/lock-constraints.txt -o requirements/lock.txt"
 )
 
 
@@ -31,7 +32,9 @@ def requirements() -> list[Requirement]:
     extras = p["optional-dependencies"]
     dev = [Requirement(r) for r in extras["dev"]]
     names = {"dev"} | {e for r in dev if canonicalize_name(r.name) == "flsuite" for e in r.extras}
-    reqs = [Requirement(r) for r in p["dependencies"]] + [Requirement(r) for name in sorted(names) for r in extras[name]]
+    reqs = [Requirement(r) for r in p["dependencies"]] + [
+        Requirement(r) for name in sorted(names) for r in extras[name]
+    ]
     return [r for r in reqs if canonicalize_name(r.name) != "flsuite"]
 
 
@@ -91,7 +94,8 @@ def test_ci_runs_as_a_stranger_in_a_fresh_clone_with_a_new_home():
     clone, home, tests = ci.index("git clone"), ci.index('export HOME="$work/home"'), ci.index("python -m pytest -q")
     assert 'work="$(mktemp -d' in ci and clone < home < tests and 'cd "$work/flsuite"' in ci
     assert all(
-        name in ci.split("unset", 1)[1].split("export HOME", 1)[0] for name in ("TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME", "WANDB_API_KEY", "PYTHONPATH")
+        name in ci.split("unset", 1)[1].split("export HOME", 1)[0]
+        for name in ("TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME", "WANDB_API_KEY", "PYTHONPATH")
     )
     assert '"$work/shared/data"' in ci and 'rm -rf "$work"' in ci
     readme = (ROOT / "README.md").read_text()
@@ -102,7 +106,9 @@ def test_ci_runs_as_a_stranger_in_a_fresh_clone_with_a_new_home():
 def test_the_tests_run_in_a_random_order_whose_seed_ci_prints():
     """pytest-randomly (dev extra) shuffles every run of the README's command; CI chooses the seed and prints it, so a
     verdict that depends on the order shows up and can be replayed (issue 33)."""
-    assert "pytest-randomly" in [canonicalize_name(Requirement(r).name) for r in project()["optional-dependencies"]["dev"]]
+    assert "pytest-randomly" in [
+        canonicalize_name(Requirement(r).name) for r in project()["optional-dependencies"]["dev"]
+    ]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "--randomly-seed=$order_seed" in ci and 'echo "ci: tests in random order, seed $order_seed' in ci
 
@@ -113,5 +119,13 @@ def test_ci_runs_the_configured_lint_format_and_type_checks_before_the_tests():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["tool"]["ruff"]["lint"]["select"] and pyproject["tool"]["mypy"]["files"] == ["flsuite"]
     ci = (ROOT / ".ci" / "run").read_text()
-    checks = [ci.index(c) for c in ("python -m ruff check .", "python -m ruff format --check .", "python -m mypy\n", "python -m pytest -q")]
+    checks = [
+        ci.index(c)
+        for c in (
+            "python -m ruff check .",
+            "python -m ruff format --check .",
+            "python -m mypy\n",
+            "python -m pytest -q",
+        )
+    ]
     assert checks == sorted(checks)

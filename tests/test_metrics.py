@@ -32,7 +32,10 @@ def test_accuracy_is_an_exact_ratio():
 
 
 def test_final_summary_last_k_best_and_target():
-    history = [{"round": r, "acc/a": float(r), "acc/b": float(2 * r), "acc_mean": 1.5 * r, "acc_std": 0.5 * r} for r in range(1, 9)]
+    history = [
+        {"round": r, "acc/a": float(r), "acc/b": float(2 * r), "acc_mean": 1.5 * r, "acc_std": 0.5 * r}
+        for r in range(1, 9)
+    ]
     history.append({"round": 9, "train_loss": 0.1})  # a round without evaluation is ignored
     s = final_summary(history, last_k=5, target_acc=6.0)
     assert s["last5/acc/a"] == pytest.approx((4 + 5 + 6 + 7 + 8) / 5)
@@ -57,7 +60,10 @@ def test_final_std_is_the_std_across_domains_of_the_last_k_means():
     assert s["last2/mean_of_round_acc_std_sample"] == pytest.approx(10.0 * 2**0.5)
     assert "last5/acc_mean" not in s and summary_prefix(s) == "last2/"
     # three domains, last-3 means 80, 70, 60 -> population std sqrt(200/3), sample std 10
-    history = [{"round": r, **domain_summary({"p": 80.0 + d, "q": 70.0 - d, "r": 60.0})} for r, d in ((1, 1.0), (2, 0.0), (3, -1.0))]
+    history = [
+        {"round": r, **domain_summary({"p": 80.0 + d, "q": 70.0 - d, "r": 60.0})}
+        for r, d in ((1, 1.0), (2, 0.0), (3, -1.0))
+    ]
     s = final_summary(history, last_k=3)
     assert s["last3/acc_std"] == pytest.approx((200 / 3) ** 0.5)
     assert s["last3/acc_std_sample"] == pytest.approx(10.0)

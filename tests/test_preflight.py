@@ -65,14 +65,21 @@ def nothing_written(tmp_path: Path) -> bool:
 
 def config(tmp_path: Path, **changes) -> Path:
     """SMALL_CONFIG with W&B on (offline), writing under tmp_path/runs."""
-    return write_config(tmp_path / "run.yaml", {**SMALL_CONFIG, "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True}, **changes})
+    return write_config(
+        tmp_path / "run.yaml",
+        {**SMALL_CONFIG, "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True}, **changes},
+    )
 
 
 # ---- devices -------------------------------------------------------------------------------------------------
-def test_unavailable_accelerator_stops_before_any_work_naming_key_value_machine_and_fix(tmp_path, capsys, no_cuda, data_never_built):
+def test_unavailable_accelerator_stops_before_any_work_naming_key_value_machine_and_fix(
+    tmp_path, capsys, no_cuda, data_never_built
+):
     code, out, err = run_cli(["fit", "--config", str(config(tmp_path)), "--local.accelerator", "gpu"], capsys)
     assert code == 2
-    assert err.startswith("flsuite: error: local.accelerator 'gpu' needs a device") and err.count("\n") == 1 and out == ""
+    assert (
+        err.startswith("flsuite: error: local.accelerator 'gpu' needs a device") and err.count("\n") == 1 and out == ""
+    )
     assert "cpu only; CUDA not available" in err and "--local.accelerator cpu" in err and "on the command line" in err
     assert nothing_written(tmp_path)
 
@@ -81,7 +88,10 @@ def test_eval_device_and_accelerator_from_a_config_file_name_the_file(tmp_path, 
     cfg = config(tmp_path, eval_device="cuda", local={**SMALL_CONFIG["local"], "accelerator": "cuda"})
     code, _, err = run_cli(["fit", "--config", str(cfg)], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert "local.accelerator 'cuda' and eval_device 'cuda' need a device" in err and "--local.accelerator cpu --eval_device cpu" in err
+    assert (
+        "local.accelerator 'cuda' and eval_device 'cuda' need a device" in err
+        and "--local.accelerator cpu --eval_device cpu" in err
+    )
     assert f"(local.accelerator and eval_device set in {cfg})" in err
     assert nothing_written(tmp_path)
 
@@ -95,14 +105,19 @@ def test_device_checks_follow_what_the_machine_has(monkeypatch, no_cuda):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert check_devices("gpu", "cuda") is None and check_devices("cuda", "cuda:0") is None
     message, keys = check_devices("gpu", "cuda:1") or ("", ())
-    assert keys == ("eval_device",) and "eval_device 'cuda:1' needs a device" in message and "CUDA (1 GPU(s))" in message
+    assert (
+        keys == ("eval_device",) and "eval_device 'cuda:1' needs a device" in message and "CUDA (1 GPU(s))" in message
+    )
 
 
 # ---- pretrained weights --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("model", "key"),
     [
-        ({"class_path": "flsuite.models.backbones.ResNet18", "init_args": {"pretrained": True}}, "model.init_args.pretrained"),
+        (
+            {"class_path": "flsuite.models.backbones.ResNet18", "init_args": {"pretrained": True}},
+            "model.init_args.pretrained",
+        ),
         (
             {
                 "class_path": "flsuite.models.probabilistic.ProbabilisticEncoder",
@@ -141,11 +156,18 @@ def test_unreadable_cached_weights_say_so(offline_empty_caches):
         ResNet18(pretrained=True).preflight()
 
 
-def test_the_shipped_gpu_config_on_a_cpu_machine_offline_gives_one_line_and_writes_nothing(tmp_path, capsys, no_cuda, offline_empty_caches):
+def test_the_shipped_gpu_config_on_a_cpu_machine_offline_gives_one_line_and_writes_nothing(
+    tmp_path, capsys, no_cuda, offline_empty_caches
+):
     code, out, err = run_cli(["fit", "--config", str(GPU_CONFIG), "--output_dir", str(tmp_path / "runs")], capsys)
     assert code == 2 and err.count("\n") == 1 and out == ""
-    assert "local.accelerator 'gpu' and eval_device 'cuda' need a device" in err and "cpu only; CUDA not available" in err
-    assert str(offline_empty_caches / "hub" / "checkpoints" / RESNET18_FILE) in err and "model.init_args.backbone.init_args.pretrained: false" in err
+    assert (
+        "local.accelerator 'gpu' and eval_device 'cuda' need a device" in err and "cpu only; CUDA not available" in err
+    )
+    assert (
+        str(offline_empty_caches / "hub" / "checkpoints" / RESNET18_FILE) in err
+        and "model.init_args.backbone.init_args.pretrained: false" in err
+    )
     assert f"set in {GPU_CONFIG})" in err
     assert nothing_written(tmp_path)
 
@@ -156,10 +178,17 @@ def test_openclip_weights_offline_say_where_the_cache_is(tmp_path, capsys, offli
     pytest.importorskip("open_clip")
     data = {
         "class_path": "flsuite.data.benchmarks.Benchmark",
-        "init_args": {"suite": "pacs", "root": str(tmp_path / "pacs"), "encoder": {"class_path": "OpenCLIP", "init_args": {"model_name": "ViT-B-16"}}},
+        "init_args": {
+            "suite": "pacs",
+            "root": str(tmp_path / "pacs"),
+            "encoder": {"class_path": "OpenCLIP", "init_args": {"model_name": "ViT-B-16"}},
+        },
     }
     code, _, err = run_cli(["fit", "--config", str(config(tmp_path, data=data))], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "Could not download open_clip weights 'ViT-B-16'/'openai'" in err and "checkpoint:" in err
-    assert "Union" not in err and str(tmp_path / "hf_home" / "hub" / "models--timm--vit_base_patch16_clip_224.openai") in err
+    assert (
+        "Union" not in err
+        and str(tmp_path / "hf_home" / "hub" / "models--timm--vit_base_patch16_clip_224.openai") in err
+    )
     assert nothing_written(tmp_path)

@@ -17,20 +17,39 @@ from flsuite import provenance
 from flsuite.provenance import code_label, code_mix, git_state, move_aside, same_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = {"seed": 0, "rounds": 3, "run_dir": "runs/a", "name": "x", "wandb": {"enabled": False}, "local": {"lr": 0.1}, "last_k": 5}
+CONFIG = {
+    "seed": 0,
+    "rounds": 3,
+    "run_dir": "runs/a",
+    "name": "x",
+    "wandb": {"enabled": False},
+    "local": {"lr": 0.1},
+    "last_k": 5,
+}
 CLEAN = {"version": "0.1.0", "commit": "a" * 40, "dirty": False, "uncommitted": None}
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and this checkout's .git")
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and this checkout's .git"
+)
 def test_the_checkout_records_its_head_commit():
     commit, _ = git_state(ROOT)
     assert commit == git(ROOT, "rev-parse", "HEAD").strip()
     version = provenance.code_version()
-    assert version["version"] and version["dirty"] in (True, False) and (version["uncommitted"] is not None) == version["dirty"]
+    assert (
+        version["version"]
+        and version["dirty"] in (True, False)
+        and (version["uncommitted"] is not None) == version["dirty"]
+    )
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -65,12 +84,19 @@ def test_outside_a_git_checkout_the_commit_is_null_and_nothing_fails(tmp_path: P
     """The package copied to a folder that is no checkout (as a wheel installs it) and imported from there."""
     site = tmp_path / "site"
     shutil.copytree(ROOT / "flsuite", site / "flsuite", ignore=shutil.ignore_patterns("__pycache__"))
-    code = "import json; from flsuite import provenance; print(json.dumps([str(provenance.package_root()), provenance.code_version()]))"
+    code = (
+        "import json; from flsuite import provenance; print(json.dumps([str(provenance.package_root()), "
+        "provenance.code_version()]))"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     root, version = json.loads(done.stdout)
     assert Path(root) == site
-    assert version["commit"] is None and version["dirty"] is None and version["uncommitted"] is None and version["version"]
+    assert (
+        version["commit"] is None and version["dirty"] is None and version["uncommitted"] is None and version["version"]
+    )
     # a folder that looks like a checkout but git fails on, or no git at all: no commit either
     (tmp_path / "fake" / ".git").mkdir(parents=True)
     assert git_state(tmp_path / "fake") == (None, None)
@@ -87,7 +113,12 @@ def run_folder(path: Path, config: dict, code: dict | None) -> Path:
 
 def test_same_config_and_code_is_reused_whatever_the_folder_or_logging(tmp_path: Path):
     run = run_folder(tmp_path / "a", CONFIG, CLEAN)
-    request = CONFIG | {"run_dir": "elsewhere", "name": "y", "wandb": {"enabled": True, "mode": "offline"}, "progress": True}
+    request = CONFIG | {
+        "run_dir": "elsewhere",
+        "name": "y",
+        "wandb": {"enabled": True, "mode": "offline"},
+        "progress": True,
+    }
     decision = same_experiment(run, yaml.safe_dump(request), CLEAN)
     assert decision.same and decision.reason == "same config and code (aaaaaaaaaa)"
 
@@ -114,12 +145,27 @@ def test_other_code_is_not_reused_and_both_versions_are_named(tmp_path: Path):
     assert not decision.same
     assert decision.reason == "it was made by code bbbbbbbbbb (flsuite 0.1.0), this is aaaaaaaaaa (flsuite 0.1.0)"
     dirty = CLEAN | {"dirty": True, "uncommitted": "0123456789abcdef"}
-    assert same_experiment(run_folder(tmp_path / "b", CONFIG, dirty), config, dirty).same  # identical uncommitted changes
-    decision = same_experiment(run_folder(tmp_path / "c", CONFIG, dirty), config, dirty | {"uncommitted": "fedcba9876543210"})
-    assert decision.reason == "it was made by code aaaaaaaaaa + uncommitted 01234567 (flsuite 0.1.0), this is aaaaaaaaaa + uncommitted fedcba98 (flsuite 0.1.0)"
-    assert "made by code aaaaaaaaaa + uncommitted" in same_experiment(tmp_path / "b", config, CLEAN).reason  # dirty vs clean
-    assert "(flsuite 0.0.9)" in same_experiment(run_folder(tmp_path / "d", CONFIG, CLEAN | {"version": "0.0.9"}), config, CLEAN).reason
-    for name, code in (("e", None), ("f", CLEAN | {"commit": None, "dirty": None})):  # an old run; a run outside a checkout
+    assert same_experiment(
+        run_folder(tmp_path / "b", CONFIG, dirty), config, dirty
+    ).same  # identical uncommitted changes
+    decision = same_experiment(
+        run_folder(tmp_path / "c", CONFIG, dirty), config, dirty | {"uncommitted": "fedcba9876543210"}
+    )
+    assert decision.reason == (
+        "it was made by code aaaaaaaaaa + uncommitted 01234567 (flsuite 0.1.0), this is aaaaaaaaaa + "
+        "uncommitted fedcba98 (flsuite 0.1.0)"
+    )
+    assert (
+        "made by code aaaaaaaaaa + uncommitted" in same_experiment(tmp_path / "b", config, CLEAN).reason
+    )  # dirty vs clean
+    assert (
+        "(flsuite 0.0.9)"
+        in same_experiment(run_folder(tmp_path / "d", CONFIG, CLEAN | {"version": "0.0.9"}), config, CLEAN).reason
+    )
+    for name, code in (
+        ("e", None),
+        ("f", CLEAN | {"commit": None, "dirty": None}),
+    ):  # an old run; a run outside a checkout
         decision = same_experiment(run_folder(tmp_path / name, CONFIG, code), config, CLEAN)
         assert not decision.same and decision.reason.startswith("it recorded no commit")
     decision = same_experiment(tmp_path / "d", config, CLEAN | {"commit": None})  # this code is not a checkout
@@ -148,7 +194,8 @@ def test_code_labels_and_the_mixed_code_warning():
     assert code_label(CLEAN | {"dirty": True, "uncommitted": "0123456789abcdef"}) == "aaaaaaaaaa + uncommitted 01234567"
     assert code_mix([CLEAN, CLEAN]) == "" and code_mix([None, None]) == "" and code_mix([]) == ""
     assert code_mix([CLEAN, None, CLEAN]) == (
-        "Warning: these runs come from 2 code versions: aaaaaaaaaa (2 runs), no commit recorded (1 run); a table should hold runs of one."
+        "Warning: these runs come from 2 code versions: aaaaaaaaaa (2 runs), no commit recorded (1 run); a "
+        "table should hold runs of one."
     )
 
 
@@ -172,7 +219,10 @@ def test_a_resume_keeps_the_starting_code_and_appends_its_own(tmp_path: Path, mo
     assert [(r["code"], r["phase"], r["round"]) for r in env["resumes"]] == [(resuming, 0, 2)]
     assert provenance.recorded_code(tmp_path / "run") == start_code | {"resumed_by": ["bbbbbbbbbb"]}
     decision = same_experiment(tmp_path / "run", "{}", CLEAN)
-    assert not decision.same and "it was resumed under other code than it began with (aaaaaaaaaa, resumed by bbbbbbbbbb)" in decision.reason
+    assert (
+        not decision.same
+        and "it was resumed under other code than it began with (aaaaaaaaaa, resumed by bbbbbbbbbb)" in decision.reason
+    )
     assert "aaaaaaaaaa, resumed by bbbbbbbbbb (1 run)" in code_mix([provenance.recorded_code(tmp_path / "run"), CLEAN])
 
 

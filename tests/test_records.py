@@ -14,8 +14,19 @@ from tests.helpers import head_federation
 def test_a_prefixed_record_round_trips_to_the_plain_names():
     metrics = {"acc_mean": 50.0, "acc/a": 40.0}
     prefixed = records.record(3, metrics, records.traffic(up=12), phase="experts/expert0", prefix="expert0/")
-    assert prefixed == {"round": 3, "phase": "experts/expert0", "expert0/acc_mean": 50.0, "expert0/acc/a": 40.0, "expert0/bytes_up": 12}
-    assert records.without_prefix(prefixed, "expert0/") == {"round": 3, "phase": "experts/expert0", **metrics, "bytes_up": 12}
+    assert prefixed == {
+        "round": 3,
+        "phase": "experts/expert0",
+        "expert0/acc_mean": 50.0,
+        "expert0/acc/a": 40.0,
+        "expert0/bytes_up": 12,
+    }
+    assert records.without_prefix(prefixed, "expert0/") == {
+        "round": 3,
+        "phase": "experts/expert0",
+        **metrics,
+        "bytes_up": 12,
+    }
 
 
 def test_the_record_builder_keeps_the_order_of_its_parts_and_names_the_phase_only_when_given():
@@ -34,7 +45,11 @@ def test_the_summary_prefix_follows_last_k_and_an_unfinished_summary_is_named():
 
 
 def test_accuracy_keys_are_the_evaluation_ones():
-    assert [k for k in ("acc/clean", "acc_mean", "acc_std_sample", "train_loss", "bytes_up", "server/x/acc") if records.is_accuracy_key(k)] == [
+    assert [
+        k
+        for k in ("acc/clean", "acc_mean", "acc_std_sample", "train_loss", "bytes_up", "server/x/acc")
+        if records.is_accuracy_key(k)
+    ] == [
         "acc/clean",
         "acc_mean",
         "acc_std_sample",
@@ -44,7 +59,12 @@ def test_accuracy_keys_are_the_evaluation_ones():
 
 
 def test_query_totals_add_the_queries_and_the_setup_stages_bytes():
-    summary = {"query/ggeur/stats/bytes_up": 10, "query/ggeur/stats/bytes_down": 3, "query/ggeur/stats/calls": 1, "last5/acc_mean": 1.0}
+    summary = {
+        "query/ggeur/stats/bytes_up": 10,
+        "query/ggeur/stats/bytes_down": 3,
+        "query/ggeur/stats/calls": 1,
+        "last5/acc_mean": 1.0,
+    }
     setup = {"setup/ggeur/bytes_up": 5, "setup/ggeur/seconds": 2.0}
     assert records.query_totals(summary, setup) == {"bytes_up": 15.0, "bytes_down": 3.0}
 
@@ -65,6 +85,10 @@ def test_a_run_writes_the_keys_the_schema_names(tmp_path):
         records.ACC_MEAN,
         records.ACC_STD,
     }
-    assert all(schema <= set(r) for r in rows) and all(any(records.is_accuracy_key(k) and k.startswith(records.ACC_PREFIX) for k in r) for r in rows)
+    assert all(schema <= set(r) for r in rows) and all(
+        any(records.is_accuracy_key(k) and k.startswith(records.ACC_PREFIX) for k in r) for r in rows
+    )
     timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
-    assert all({records.ROUND, records.ROUND_SECONDS, records.CLIENTS_SECONDS, records.EVAL_SECONDS} <= set(t) for t in timings)
+    assert all(
+        {records.ROUND, records.ROUND_SECONDS, records.CLIENTS_SECONDS, records.EVAL_SECONDS} <= set(t) for t in timings
+    )

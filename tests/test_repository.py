@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Top folders of developers' machines (Linux, macOS); named without their slash, so this file names no such path.
 MACHINE_TOPS = ("work", "farm", "root", "home", "Users")
 SLASH = "/"
-MACHINE_PATH = re.compile(r"(?<![\w.~-])" + re.escape(SLASH) + "(?:" + "|".join(MACHINE_TOPS) + r")" + re.escape(SLASH) + r"[\w.-]")
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~-])" + re.escape(SLASH) + "(?:" + "|".join(MACHINE_TOPS) + r")" + re.escape(SLASH) + r"[\w.-]"
+)
 TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".md", ".toml", ".txt", ".cfg", ".ini", ""}
 
 
@@ -38,7 +40,10 @@ def escaping_links(files: list[tuple[str, str]], root: Path = ROOT) -> list[str]
         if mode != "120000":
             continue
         target = os.readlink(root / path)
-        inside = not os.path.isabs(target) and os.path.normpath(os.path.join(os.path.dirname(path), target)).split(os.sep)[0] != ".."
+        inside = (
+            not os.path.isabs(target)
+            and os.path.normpath(os.path.join(os.path.dirname(path), target)).split(os.sep)[0] != ".."
+        )
         if not inside:
             bad.append(f"{path} -> {target}")
     return bad
@@ -54,12 +59,18 @@ def machine_paths(files: list[tuple[str, str]], root: Path = ROOT) -> list[str]:
             text = (root / path).read_text(encoding="utf-8")
         except (UnicodeDecodeError, FileNotFoundError):
             continue
-        hits += [f"{path}:{n}: {line.strip()[:120]}" for n, line in enumerate(text.splitlines(), 1) if MACHINE_PATH.search(line)]
+        hits += [
+            f"{path}:{n}: {line.strip()[:120]}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if MACHINE_PATH.search(line)
+        ]
     return hits
 
 
 def test_no_tracked_link_leaves_the_repository():
-    assert not escaping_links(tracked_files()), "tracked symlinks that point outside the checkout (remove them; create the folder at run time)"
+    assert not escaping_links(tracked_files()), (
+        "tracked symlinks that point outside the checkout (remove them; create the folder at run time)"
+    )
 
 
 def test_no_tracked_file_names_a_developers_machine_path():
@@ -75,7 +86,9 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     (tmp_path / ".cache").symlink_to(machine_cache)
     (tmp_path / "docs" / "up").symlink_to("../../elsewhere")
     (tmp_path / "docs" / "ok").symlink_to("../README.md")
-    (tmp_path / "docs" / "a.md").write_text(f"see {machine_spec}\nand {SLASH}tmp{SLASH}run is fine\nand ~{machine_cache} too\n")
+    (tmp_path / "docs" / "a.md").write_text(
+        f"see {machine_spec}\nand {SLASH}tmp{SLASH}run is fine\nand ~{machine_cache} too\n"
+    )
     files = [("120000", ".cache"), ("120000", "docs/up"), ("120000", "docs/ok"), ("100644", "docs/a.md")]
     assert escaping_links(files, tmp_path) == [f".cache -> {machine_cache}", "docs/up -> ../../elsewhere"]
     assert machine_paths(files, tmp_path) == [f"docs/a.md:1: see {machine_spec}"]

@@ -24,7 +24,9 @@ def test_offline_wandb_run_is_written_with_no_api_key(monkeypatch, tmp_path, cap
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     caplog.set_level("INFO", logger="flsuite.tracking")
-    fed = head_federation(tmp_path / "run", rounds=2, name="wandb-test", wandb=WandbConfig(enabled=True, project="flsuite-tests"))
+    fed = head_federation(
+        tmp_path / "run", rounds=2, name="wandb-test", wandb=WandbConfig(enabled=True, project="flsuite-tests")
+    )
     summary = fed.fit(config_yaml="seed: 7\n")
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "expected one offline W&B run in the run folder"
@@ -43,7 +45,14 @@ def test_wandb_scalars_keep_numbers_and_flatten_per_client_mappings():
         "client_loss": {"0": 0.5, "2": 0.25},
         "client_steps": {"0": 4, "2": 7},
     }
-    assert wandb_scalars(record) == {"round": 3, "acc_mean": 50.5, "client_loss/0": 0.5, "client_loss/2": 0.25, "client_steps/0": 4, "client_steps/2": 7}
+    assert wandb_scalars(record) == {
+        "round": 3,
+        "acc_mean": 50.5,
+        "client_loss/0": 0.5,
+        "client_loss/2": 0.25,
+        "client_steps/0": 4,
+        "client_steps/2": 7,
+    }
 
 
 def test_run_labels_name_the_method_with_its_setup_stages_and_the_dataset():
@@ -122,10 +131,19 @@ def test_an_offline_run_drops_wandbs_wandb_online_banner_for_its_own_run_only(tm
     import sys
     from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT", "WANDB_QUIET")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT", "WANDB_QUIET")
+    }
     env["NETRC"] = str(tmp_path / "no-netrc")
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-c", WANDB_NOISE, str(tmp_path)], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", WANDB_NOISE, str(tmp_path)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     ours, _, users = proc.stderr.partition("--- the user's own run ---")
     assert users, proc.stderr

@@ -134,7 +134,13 @@ def report(tmp_path_factory) -> Path:
     for name, config, base in [("fedavg", FEDAVG, 40.0), ("fedprox", FEDPROX, 45.0)]:
         for seed in (0, 1):
             accs = [{"x": base + 8 * r + 2 * seed, "y": base - 10 + 6 * r - seed} for r in range(5)]
-            make_run(root / "runs" / f"{name}_s{seed}", accs, 2, bytes_up=[1000 + 10 * r for r in range(5)], config=config | {"seed": seed})
+            make_run(
+                root / "runs" / f"{name}_s{seed}",
+                accs,
+                2,
+                bytes_up=[1000 + 10 * r for r in range(5)],
+                config=config | {"seed": seed},
+            )
     out = root / "report"
     assert main([str(root / "runs"), "--out", str(out), "--title", "Browser check"]) == 0
     return out / "compare.html"
@@ -144,14 +150,19 @@ def test_rendered_dom_has_both_tables_and_the_embedded_plot(report: Path):
     dom = dump_dom(report)
     page = Page(dom)
     assert "<h2>Browser check</h2>" in dom
-    assert len(page.tables) == 3, f"expected the accuracy, paired-difference and cost tables, the browser rendered {len(page.tables)}"
+    assert len(page.tables) == 3, (
+        f"expected the accuracy, paired-difference and cost tables, the browser rendered {len(page.tables)}"
+    )
     accuracy, paired, cost = page.tables
     assert accuracy[0] == ["method", "x", "y", "AVG", "STD", "STD (n-1)", "seeds"]
     assert cost[0][:3] == ["method", "last-k", "rounds to target"]
     for table in (accuracy, cost):
         assert [row[0] for row in table[1:]] == ["FedAvg", "FedProx"]
     # FedProx's AVG is 5 above FedAvg's on both seeds: SE 0, an interval of one point, resolved
-    assert paired == [["method", "Δ AVG vs FedAvg", "SE", "95 % interval", "pairs", "verdict"], ["FedProx", "+5.00", "0.00", "[+5.00, +5.00]", "2", "resolved"]]
+    assert paired == [
+        ["method", "Δ AVG vs FedAvg", "SE", "95 % interval", "pairs", "verdict"],
+        ["FedProx", "+5.00", "0.00", "[+5.00, +5.00]", "2", "resolved"],
+    ]
     assert "<td>FedAvg</td>" in dom and "<td>FedProx</td>" in dom
     assert [row[-1] for row in accuracy[1:]] == ["2", "2"]  # two seeds each
     assert len(page.images) == 1 and page.images[0]["alt"] == "convergence"

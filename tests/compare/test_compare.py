@@ -47,7 +47,9 @@ def make_run(
         history.append(record)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     times = round_s or [1.0] * len(accs)
-    (path / "timings.jsonl").write_text("".join(json.dumps({"round": i + 1, "time/round_s": t}) + "\n" for i, t in enumerate(times)))
+    (path / "timings.jsonl").write_text(
+        "".join(json.dumps({"round": i + 1, "time/round_s": t}) + "\n" for i, t in enumerate(times))
+    )
     base = {"name": path.parent.name, "last_k": last_k, "rounds": len(accs), "run_dir": str(path)}
     if path.parent.name in METHODS:
         base["method"] = {"class_path": METHODS[path.parent.name], "init_args": {"weighting": "samples"}}
@@ -65,9 +67,21 @@ def make_run(
 def studies(tmp_path: Path) -> Path:
     a = tmp_path / "studyA"
     # fedavg seed 0: last-2 means x=65, y=45 -> AVG 55, STD 10, STD(n-1) 14.142; acc_mean 40, 50, 60
-    make_run(a / "fedavg" / "seed0", [{"x": 50, "y": 30}, {"x": 60, "y": 40}, {"x": 70, "y": 50}], 2, [100, 200, 300], [1, 2, 3])
+    make_run(
+        a / "fedavg" / "seed0",
+        [{"x": 50, "y": 30}, {"x": 60, "y": 40}, {"x": 70, "y": 50}],
+        2,
+        [100, 200, 300],
+        [1, 2, 3],
+    )
     # fedavg seed 1: last-2 means x=55, y=45 -> AVG 50, STD 5, STD(n-1) 7.071; acc_mean 40, 50, 50
-    make_run(a / "fedavg" / "seed1", [{"x": 40, "y": 40}, {"x": 50, "y": 50}, {"x": 60, "y": 40}], 2, [400, 400, 400], [4, 4, 4])
+    make_run(
+        a / "fedavg" / "seed1",
+        [{"x": 40, "y": 40}, {"x": 50, "y": 50}, {"x": 60, "y": 40}],
+        2,
+        [400, 400, 400],
+        [4, 4, 4],
+    )
     # fedprox seed 0: last-2 means x=85, y=65 -> AVG 75, STD 10; acc_mean 70, 80
     make_run(a / "fedprox" / "seed0", [{"x": 80, "y": 60}, {"x": 90, "y": 70}], 2, [10, 30], [0.5, 0.5])
     make_run(a / "fedprox" / "seed1", [{"x": 10, "y": 10}], 2, finished=False)  # killed: skipped
@@ -105,11 +119,23 @@ def test_a_protocol_of_phases_is_costed_whole(tmp_path: Path):
     history = [
         {"round": 0, "phase": "cluster", "bytes_up": 512},  # the subspace query's bytes: counted once, from the summary
         *(
-            {"round": r, "phase": f"experts/expert{v}", f"expert{v}/clients": [v], f"expert{v}/bytes_up": 100 * (v + 1), f"expert{v}/bytes_down": 10 * (v + 1)}
+            {
+                "round": r,
+                "phase": f"experts/expert{v}",
+                f"expert{v}/clients": [v],
+                f"expert{v}/bytes_up": 100 * (v + 1),
+                f"expert{v}/bytes_down": 10 * (v + 1),
+            }
             for v in (0, 1)
             for r in (1, 2)
         ),
-        {"round": 1, "phase": "calibrate", **domain_summary({"x": 80.0, "y": 60.0}), "stage1/bytes_up": 600, "stage2/bytes_up": 7000},
+        {
+            "round": 1,
+            "phase": "calibrate",
+            **domain_summary({"x": 80.0, "y": 60.0}),
+            "stage1/bytes_up": 600,
+            "stage2/bytes_up": 7000,
+        },
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     (run / "timings.jsonl").write_text(
@@ -129,7 +155,9 @@ def test_a_protocol_of_phases_is_costed_whole(tmp_path: Path):
         "query/fkpl/virtual/bytes_down": 40000,
     }
     (run / "summary.json").write_text(json.dumps(summary))
-    (run / "setup.json").write_text(json.dumps({"setup/ggeur/bytes_up": 2048, "setup/ggeur/bytes_down": 1024, "fkpl/stage2/bytes_up": 7000}))
+    (run / "setup.json").write_text(
+        json.dumps({"setup/ggeur/bytes_up": 2048, "setup/ggeur/bytes_down": 1024, "fkpl/stage2/bytes_up": 7000})
+    )
     _, rows = compare({"FKPL": [run]}).cost_rows()
     # rounds: up 100, 100, 200, 200 -> 150 per round, 600 in all; down 10, 10, 20, 20 -> 15, 60.
     # run: 600 + 512 + 7000 + 2048 = 10160 B = 9.9 KiB up; 60 + 0 + 40000 + 1024 = 41084 B = 40.1 KiB down (the
@@ -146,7 +174,9 @@ def test_study_b_reads_its_own_last_k_and_says_when_runs_were_shorter(studies: P
     assert header == ["method", "all", "AVG", "STD", "STD (n-1)", "seeds"]
     assert rows == [["fedavg", "37.50 ± 12.50", "37.50 ± 12.50", "0.00 ± 0.00", "—", "2"]]
     assert c.cost_rows()[1][0][:3] == ["fedavg", "3 (a run averaged only 2)", "—"]
-    assert "averaged over each run's last 2 evaluated rounds (last_k = 3, but the runs evaluated only 2)" in c.markdown()
+    assert (
+        "averaged over each run's last 2 evaluated rounds (last_k = 3, but the runs evaluated only 2)" in c.markdown()
+    )
     assert c.remark() == "" and "Note:" not in c.markdown()  # both runs ran and averaged 2 rounds
 
 
@@ -207,14 +237,18 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
     c = compare(group_by_parent(find_runs([tmp_path / "t4"])[0]))
     assert c.accuracy_rows()[1][0][3:6] == ["60.00", "0.00", "0.00"]  # both last-2 means are 60: std across domains 0
 
-    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in table4_compare(tmp_path / "t4", monkeypatch, capsys)
+    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in table4_compare(
+        tmp_path / "t4", monkeypatch, capsys
+    )
 
 
 def test_ggeur_table4_compare_pairs_the_folders_of_a_training_seed_grid(tmp_path: Path, monkeypatch, capsys):
     """Runs named `seed<S>-train<T>` (experiments/study.py --train_seeds) pair by both seeds, not by the data seed."""
     for slug, accs in (("fedavg", (50, 70)), ("fedavg-ggeur", (60, 80))):
         for train, shift in ((1, 0), (2, 10)):
-            make_run(tmp_path / "t4" / slug / f"seed0-train{train}", [{"x": accs[0] + shift, "y": accs[1] + shift}] * 2, 2)
+            make_run(
+                tmp_path / "t4" / slug / f"seed0-train{train}", [{"x": accs[0] + shift, "y": accs[1] + shift}] * 2, 2
+            )
     assert "| FedAvg | 65.00 → 75.00 (+10.00) | 2/2 |" in table4_compare(tmp_path / "t4", monkeypatch, capsys)
 
 
@@ -228,7 +262,9 @@ def test_group_by_config_keys(tmp_path: Path, capsys):
     assert main([str(tmp_path / "trials"), "--by", "method.init_args.mu", "setup.init_args.top_k"]) == 0
     out = capsys.readouterr().out
     assert "| mu=0.01, top_k=8 | 60.00 | 60.00 | 60.00 | 0.00 | 0.00 | 1 |" in out
-    assert "| mu=0.1, top_k=8 | 60.00 ± 10.00 | 80.00 ± 10.00 | 70.00 ± 10.00 | 10.00 ± 0.00 | 14.14 ± 0.00 | 2 |" in out
+    assert (
+        "| mu=0.1, top_k=8 | 60.00 ± 10.00 | 80.00 ± 10.00 | 70.00 ± 10.00 | 10.00 ± 0.00 | 14.14 ± 0.00 | 2 |" in out
+    )
     from flsuite.compare import group_by_config
 
     with pytest.raises(KeyError, match="no config key 'method.init_args.nope'"):
@@ -248,7 +284,20 @@ def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     """A finished run made with `-- --rounds 50` and a rerun without them would share one table: stopped, named."""
     root = Path(__file__).resolve().parents[2]
     run = make_run(tmp_path / "runs" / "s" / "base" / "seed0", [{"x": 50.0}], 1)
-    argv = ["cli.py", "fit", "--config", "b.yaml", "--seed", "0", "--progress", "false", "--wandb.enabled", "false", "--rounds", "50"]
+    argv = [
+        "cli.py",
+        "fit",
+        "--config",
+        "b.yaml",
+        "--seed",
+        "0",
+        "--progress",
+        "false",
+        "--wandb.enabled",
+        "false",
+        "--rounds",
+        "50",
+    ]
     (run / "environment.json").write_text(json.dumps({"argv": argv}))
     cmd = [
         sys.executable,
@@ -266,11 +315,15 @@ def test_study_refuses_to_mix_runs_given_other_fit_flags(tmp_path: Path):
     ]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert f"{run} was run with the extra flsuite fit flags --rounds 50, but this invocation passes (none)" in done.stderr
+    assert (
+        f"{run} was run with the extra flsuite fit flags --rounds 50, but this invocation passes (none)" in done.stderr
+    )
 
 
 def fedprox(mu: float) -> dict:
-    return {"method": {"class_path": "flsuite.methods.fedprox.FedProx", "init_args": {"mu": mu, "weighting": "samples"}}}
+    return {
+        "method": {"class_path": "flsuite.methods.fedprox.FedProx", "init_args": {"mu": mu, "weighting": "samples"}}
+    }
 
 
 def test_two_methods_in_one_folder_are_two_rows_and_two_seeds_are_one(tmp_path: Path):
@@ -279,7 +332,12 @@ def test_two_methods_in_one_folder_are_two_rows_and_two_seeds_are_one(tmp_path: 
     fedavg = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg", "init_args": {"weighting": "samples"}}}
     make_run(runs / "a", [{"x": 50.0}], 1, config=fedavg | {"seed": 0})
     make_run(runs / "b", [{"x": 70.0}], 1, config=fedprox(0.01) | {"seed": 0})
-    make_run(runs / "c", [{"x": 60.0}], 1, config=fedavg | {"seed": 1, "threads": {"intra_op": 2}, "wandb": {"mode": "offline"}})
+    make_run(
+        runs / "c",
+        [{"x": 60.0}],
+        1,
+        config=fedavg | {"seed": 1, "threads": {"intra_op": 2}, "wandb": {"mode": "offline"}},
+    )
     groups = group_by_experiment(find_runs([runs / "a", runs / "b", runs / "c"])[0])
     assert groups == {"FedAvg": [runs / "a", runs / "c"], "FedProx": [runs / "b"]}
     rows = compare(groups).accuracy_rows()[1]
@@ -291,7 +349,12 @@ def test_two_methods_in_one_folder_are_two_rows_and_two_seeds_are_one(tmp_path: 
 def test_groups_of_one_method_are_labelled_by_the_keys_that_differ(tmp_path: Path, capsys):
     for name, mu, seed, acc in [("p1", 0.01, 0, 50.0), ("p2", 0.1, 0, 60.0), ("p3", 0.01, 1, 70.0)]:
         make_run(tmp_path / "runs" / name, [{"x": acc}], 1, config=fedprox(mu) | {"seed": seed})
-    make_run(tmp_path / "runs" / "g", [{"x": 80.0}], 1, config=fedprox(0.1) | {"setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}]})
+    make_run(
+        tmp_path / "runs" / "g",
+        [{"x": 80.0}],
+        1,
+        config=fedprox(0.1) | {"setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}]},
+    )
     assert main([str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "| FedProx (method.init_args.mu=0.01) | 60.00 ± 10.00 | 60.00 ± 10.00 |" in out
@@ -316,7 +379,10 @@ def test_method_label_is_the_dashboards_job_type():
     from flsuite.methods.ggeur import GGEUR
     from flsuite.tracking import run_labels
 
-    config = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg"}, "setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}]}
+    config = {
+        "method": {"class_path": "flsuite.methods.fedavg.FedAvg"},
+        "setup": [{"class_path": "flsuite.methods.ggeur.GGEUR"}],
+    }
     assert method_label(config) == run_labels(FedAvg(), GaussianFeatures(), [GGEUR()])["method_name"] == "FedAvg+GGEUR"
     assert method_label({"method": {"class_path": "FedProx"}, "setup": None}) == "FedProx" and method_label({}) is None
 
@@ -358,23 +424,35 @@ def test_labels_name_every_key_that_differs_so_they_are_unique(tmp_path: Path):
         make_run(tmp_path / name, [{"x": 50.0}], 1, config=fedprox(0.01) | {"local": values})
     labels = list(group_by_experiment([tmp_path / n for n in "abc"]))
     assert len(set(labels)) == 3
-    assert labels[0] == ("FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, local.weight_decay=0.0)")
+    assert labels[0] == (
+        "FedProx (local.batch_size=16, local.epochs=1, local.lr=0.1, local.momentum=0.9, local.weight_decay=0.0)"
+    )
 
 
 def test_the_header_says_how_many_rounds_were_averaged_and_a_remark_names_groups_that_differ(tmp_path: Path):
     """A 30-round and a 6-round run in one table get a remark naming both; the header counts the rounds averaged."""
 
-    made = [make_run(tmp_path / "a" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5) for m, n in (("fedavg", 30), ("fedprox", 6))]
+    made = [
+        make_run(tmp_path / "a" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5)
+        for m, n in (("fedavg", 30), ("fedprox", 6))
+    ]
     c = compare(group_by_experiment(made))
     assert "averaged over each run's last 5 evaluated rounds;" in c.note()
-    assert c.remark() == "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 6), so the numbers are not like for like."
+    assert (
+        c.remark()
+        == "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 6), so the numbers are not like for like."
+    )
     assert f"**{c.remark()}**" in c.markdown() and f"<strong>{c.remark()}</strong>" in c.html("t")
 
-    made = [make_run(tmp_path / "b" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5) for m, n in (("fedavg", 30), ("fedprox", 3))]
+    made = [
+        make_run(tmp_path / "b" / m / "seed0", [{"x": 50.0, "y": 5.0}] * n, 5)
+        for m, n in (("fedavg", 30), ("fedprox", 3))
+    ]
     c = compare(group_by_experiment(made))
     assert "averaged over each run's last 3 to 5 evaluated rounds (see the last-k column);" in c.note()
     assert c.remark() == (
-        "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 3) and in rounds averaged (FedAvg: 5, FedProx: 3), so the numbers are not like for like."
+        "Note: the runs differ in rounds run (FedAvg: 30, FedProx: 3) and in rounds averaged (FedAvg: 5, "
+        "FedProx: 3), so the numbers are not like for like."
     )
 
     made = [make_run(tmp_path / "c" / m / "seed0", [{"x": 50.0, "y": 5.0}] * 3, 5) for m in ("fedavg", "fedprox")]
@@ -382,6 +460,13 @@ def test_the_header_says_how_many_rounds_were_averaged_and_a_remark_names_groups
     assert "averaged over each run's last 3 evaluated rounds (last_k = 5, but the runs evaluated only 3);" in c.note()
     assert c.remark() == ""
 
-    seeds = [make_run(tmp_path / "d" / "fedavg" / f"seed{s}", [{"x": 50.0, "y": 5.0}] * n, 5) for s, n in ((0, 4), (1, 8))]
-    c = compare({"FedAvg": seeds}, across_configs=True)  # one group whose runs differ (grouped across configs, --by KEY)
-    assert c.remark() == "Note: the runs differ in rounds run (FedAvg: 4–8) and in rounds averaged (FedAvg: 4–5), so the numbers are not like for like."
+    seeds = [
+        make_run(tmp_path / "d" / "fedavg" / f"seed{s}", [{"x": 50.0, "y": 5.0}] * n, 5) for s, n in ((0, 4), (1, 8))
+    ]
+    c = compare(
+        {"FedAvg": seeds}, across_configs=True
+    )  # one group whose runs differ (grouped across configs, --by KEY)
+    assert c.remark() == (
+        "Note: the runs differ in rounds run (FedAvg: 4–8) and in rounds averaged (FedAvg: 4–5), so the "
+        "numbers are not like for like."
+    )

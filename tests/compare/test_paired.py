@@ -28,11 +28,17 @@ def runs(tmp_path: Path) -> Path:
 def test_differences_are_per_seed_over_the_seeds_both_finished(runs: Path):
     # +5 and -2: mean 1.5, sample std sqrt(24.5) = 4.9497, SE 4.9497 / sqrt(2) = 3.5, t(0.975, 1) = 12.7062:
     # 1.5 -/+ 44.4717 = [-42.97, +45.97], which holds 0
-    assert load_paired().paired_row(runs, "a - b", "acc_mean") == "| a − b | +1.50 | 3.50 | [-42.97, +45.97] | +5.00, -2.00 | 1 of 2 | not resolved |"
+    assert (
+        load_paired().paired_row(runs, "a - b", "acc_mean")
+        == "| a − b | +1.50 | 3.50 | [-42.97, +45.97] | +5.00, -2.00 | 1 of 2 | not resolved |"
+    )
 
 
 def test_a_domain_metric_reads_that_domains_accuracy(runs: Path):
-    assert load_paired().paired_row(runs, "b - a", "x") == "| b − a | -1.50 | 3.50 | [-45.97, +42.97] | -5.00, +2.00 | 1 of 2 | not resolved |"
+    assert (
+        load_paired().paired_row(runs, "b - a", "x")
+        == "| b − a | -1.50 | 3.50 | [-45.97, +42.97] | -5.00, +2.00 | 1 of 2 | not resolved |"
+    )
 
 
 def test_three_pairs_by_hand_and_a_table_of_two_commits_is_flagged(tmp_path: Path, monkeypatch, capsys):
@@ -45,14 +51,19 @@ def test_three_pairs_by_hand_and_a_table_of_two_commits_is_flagged(tmp_path: Pat
         for seed, acc in enumerate(accs):
             make_run(tmp_path / name / f"seed{seed}", acc, None, {})
             commit = "1" * 40 if name == "d" else "2" * 40
-            (tmp_path / name / f"seed{seed}" / "environment.json").write_text(json.dumps({"code": {"commit": commit, "dirty": False}}))
+            (tmp_path / name / f"seed{seed}" / "environment.json").write_text(
+                json.dumps({"code": {"commit": commit, "dirty": False}})
+            )
     monkeypatch.setattr(sys, "argv", ["paired.py", str(tmp_path), "c - a", "d - a"])
     load_paired().main()
     out = capsys.readouterr().out
     assert "| c − a | +2.00 | 0.58 | [-0.48, +4.48] | +1.00, +2.00, +3.00 | 3 of 3 | not resolved |" in out
     assert "| d − a | +3.33 | 0.33 | [+1.90, +4.77] | +3.00, +3.00, +4.00 | 3 of 3 | resolved |" in out
     # the table reads a and c (6 runs of commit 2...) and d (3 of commit 1...); a, read by both rows, counts once
-    assert "**Warning: these runs come from 2 code versions: 2222222222 (6 runs), 1111111111 (3 runs); a table should hold runs of one.**" in out
+    assert (
+        "**Warning: these runs come from 2 code versions: 2222222222 (6 runs), 1111111111 (3 runs); a table "
+        "should hold runs of one.**"
+    ) in out
 
 
 @pytest.mark.parametrize(

@@ -82,9 +82,14 @@ def test_a_table_of_runs_from_several_code_versions_is_flagged(study: Path):
     runs = find_runs([study])[0]
     for i, run in enumerate(runs):  # 11 runs: 5 at commit a..., 2 at a... with uncommitted changes, 4 without a record
         if i < 7:
-            (run / "environment.json").write_text(json.dumps({"seed": 0, "code": code("a" * 40, "0123456789abcdef" if i >= 5 else None)}))
+            (run / "environment.json").write_text(
+                json.dumps({"seed": 0, "code": code("a" * 40, "0123456789abcdef" if i >= 5 else None)})
+            )
     c = compare({"all": runs}, across_configs=True)
-    warning = "Warning: these runs come from 3 code versions: aaaaaaaaaa (5 runs), no commit recorded (4 runs), aaaaaaaaaa + uncommitted 01234567 (2 runs); a table should hold runs of one."
+    warning = (
+        "Warning: these runs come from 3 code versions: aaaaaaaaaa (5 runs), no commit recorded (4 runs), "
+        "aaaaaaaaaa + uncommitted 01234567 (2 runs); a table should hold runs of one."
+    )
     assert c.code_warning() == warning
     assert f"**{warning}**" in c.markdown() and f"<strong>{warning}</strong>" in c.html("t")
     for run in runs[5:]:

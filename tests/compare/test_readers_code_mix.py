@@ -23,14 +23,23 @@ def record(run: Path, code: dict) -> Path:
 
 def shares_run(path: Path, code: dict) -> Path:
     run = make_run(path, [{"a": 50.0, "b": 60.0}] * 3, 2)
-    history = [json.loads(line) | {"client/fedcir/ce": 1.0 + i} for i, line in enumerate((run / "metrics.jsonl").read_text().splitlines())]
+    history = [
+        json.loads(line) | {"client/fedcir/ce": 1.0 + i}
+        for i, line in enumerate((run / "metrics.jsonl").read_text().splitlines())
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     return record(run, code)
 
 
 def clustering_run(path: Path, code: dict) -> Path:
     path.mkdir(parents=True)
-    clusters = {"angles": [[0.0, 20.0], [20.0, 0.0]], "labels": [0, 1], "clusters": [[0], [1]], "purity": 1.0, "domains": ["a", "b"]}
+    clusters = {
+        "angles": [[0.0, 20.0], [20.0, 0.0]],
+        "labels": [0, 1],
+        "clusters": [[0], [1]],
+        "purity": 1.0,
+        "domains": ["a", "b"],
+    }
     (path / "fkpl_clusters.json").write_text(json.dumps(clusters))
     (path / "metrics.jsonl").write_text(json.dumps({"round": 1, "cluster/threshold": 10.0}) + "\n")
     return record(path, code)
@@ -51,7 +60,12 @@ WARNING = "Warning: these runs come from 2 code versions: aaaaaaaaaa (1 run), bb
 def test_fedcir_shares_warns_when_its_runs_mix_code_versions(tmp_path: Path, monkeypatch, capsys, mixed: bool):
     shares_run(tmp_path / "fedcir-a" / "seed0", CLEAN)
     shares_run(tmp_path / "fedavg" / "seed0", OTHER if mixed else CLEAN)  # read through --paired only
-    out, err = run_main("fedcir_shares", ["--runs", str(tmp_path), "--rounds", "2", "--paired", "fedcir-a", "fedavg"], monkeypatch, capsys)
+    out, err = run_main(
+        "fedcir_shares",
+        ["--runs", str(tmp_path), "--rounds", "2", "--paired", "fedcir-a", "fedavg"],
+        monkeypatch,
+        capsys,
+    )
     assert "| fedcir-a (1 seeds) | 2 |" in out
     assert (WARNING in out and WARNING in err) is mixed and ("Warning" in out) is mixed
 
@@ -67,7 +81,10 @@ def test_ggeur_table4_compare_warns_when_its_runs_mix_code_versions(tmp_path: Pa
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_fkpl_clustering_warns_when_its_runs_mix_code_versions(tmp_path: Path, monkeypatch, capsys, mixed: bool):
-    runs = [clustering_run(tmp_path / "study" / "fkpl" / f"seed{s}", code) for s, code in ((0, CLEAN), (1, OTHER if mixed else CLEAN))]
+    runs = [
+        clustering_run(tmp_path / "study" / "fkpl" / f"seed{s}", code)
+        for s, code in ((0, CLEAN), (1, OTHER if mixed else CLEAN))
+    ]
     out_file = tmp_path / "t.md"
     _, err = run_main("fkpl_clustering", [*map(str, runs), "--out", str(out_file)], monkeypatch, capsys)
     text = out_file.read_text()

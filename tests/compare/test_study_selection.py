@@ -47,7 +47,11 @@ def runs(tmp_path: Path) -> Path:
     """Seeds 0 and 1. Validation: mu 0.01 best (70, 72); test: mu 0.1 best (90, 92) though it validates at 60."""
     study = load_study()
     fedavg = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg", "init_args": {}}}
-    table = {"FedAvg": (50, 55, fedavg), "FedProx [mu 0.01]": (60, 70, fedprox(0.01)), "FedProx [mu 0.1]": (90, 60, fedprox(0.1))}
+    table = {
+        "FedAvg": (50, 55, fedavg),
+        "FedProx [mu 0.01]": (60, 70, fedprox(0.01)),
+        "FedProx [mu 0.1]": (90, 60, fedprox(0.1)),
+    }
     table["FedProx [mu 1]"] = (40, 65, fedprox(1.0))
     for label, (test, val, config) in table.items():
         for seed in (0, 1):
@@ -61,8 +65,13 @@ def test_select_on_val_picks_the_best_validation_variant_not_the_best_test_one(r
     assert [label for label, _ in chosen] == ["FedAvg", "FedProx [mu 0.01]"]
     text = study.table("S", VARIANTS, [0, 1], runs, "cmd", select_on="val")
     assert "| FedProx [mu 0.01] | 61.00 ± 1.00 | 61.00 ± 1.00 | 61.00 ± 1.00 |" in text  # the chosen one's test numbers
-    assert "| FedProx [mu 0.1] |" not in text and "| FedProx [mu 1] |" not in text  # the others' test numbers: never shown
-    row = "| FedProx | `method.init_args.mu` ∈ {0.01, 0.1, 1.0} | **FedProx [mu 0.01]: 71.00 ± 1.00**; FedProx [mu 0.1]: 61.00 ± 1.00; "
+    assert (
+        "| FedProx [mu 0.1] |" not in text and "| FedProx [mu 1] |" not in text
+    )  # the others' test numbers: never shown
+    row = (
+        "| FedProx | `method.init_args.mu` ∈ {0.01, 0.1, 1.0} | **FedProx [mu 0.01]: 71.00 ± 1.00**; FedProx "
+        "[mu 0.1]: 61.00 ± 1.00; "
+    )
     assert row + "FedProx [mu 1]: 66.00 ± 1.00 | FedProx [mu 0.01] | `method.init_args.mu=0.01` |" in text
     assert "| FedAvg | — | **FedAvg: 56.00 ± 1.00** | FedAvg | — |" in text
     assert text.index("Chosen on validation data") < text.index("Regenerate with:")
@@ -72,7 +81,9 @@ def test_without_the_option_the_table_is_unchanged(runs: Path):
     study = load_study()
     text = study.table("S", VARIANTS, [0, 1], runs, "cmd")
     assert "| FedProx [mu 0.1] | 91.00 ± 1.00 |" in text and "Chosen on validation" not in text
-    assert text == "\n".join([study.comparison(VARIANTS, [0, 1], runs).markdown("S"), "Regenerate with:", "", "```bash", "cmd", "```", ""])
+    assert text == "\n".join(
+        [study.comparison(VARIANTS, [0, 1], runs).markdown("S"), "Regenerate with:", "", "```bash", "cmd", "```", ""]
+    )
 
 
 def test_a_run_without_validation_metrics_stops_the_selection(tmp_path: Path):
@@ -92,14 +103,28 @@ def test_variant_flags_go_to_fit_and_a_study_without_validation_stops_before_run
     assert study.validation_fraction(base, "", []) == 0.0
     assert study.validation_fraction(base, str(tmp_path / "val.yaml"), []) == 0.2
     assert study.validation_fraction(base, "--validation.fraction=0.3", ["--validation.fraction", "0.1"]) == 0.1
-    argv = ["study.py", "--name", "s", "--base", str(base), "--variant", "A=", "--variant", f"B={tmp_path / 'val.yaml'}", "--runs", str(tmp_path)]
+    argv = [
+        "study.py",
+        "--name",
+        "s",
+        "--base",
+        str(base),
+        "--variant",
+        "A=",
+        "--variant",
+        f"B={tmp_path / 'val.yaml'}",
+        "--runs",
+        str(tmp_path),
+    ]
     monkeypatch.setattr(sys, "argv", [*argv, "--select_on", "val"])
     with pytest.raises(SystemExit, match=r"variant\(s\) \['A'\] run with validation.fraction 0"):
         study.main()
     assert not (tmp_path / "s").exists()  # nothing ran
 
 
-def test_select_seeds_runs_the_grid_on_those_seeds_and_only_the_chosen_variants_on_the_others(tmp_path: Path, monkeypatch):
+def test_select_seeds_runs_the_grid_on_those_seeds_and_only_the_chosen_variants_on_the_others(
+    tmp_path: Path, monkeypatch
+):
     """--select_seeds 0: every grid variant runs on seed 0 and the choice is made there; then only the chosen variant
     of each group runs on seeds 1 and 2, and the test table is the chosen variants' over all three seeds."""
     study = load_study()
@@ -119,11 +144,34 @@ def test_select_seeds_runs_the_grid_on_those_seeds_and_only_the_chosen_variants_
         return 0
 
     monkeypatch.setattr(study, "run", fake_run)
-    variants = ["--variant", "FedProx [mu 0.01]=--method.init_args.mu=0.01", "--variant", "FedProx [mu 0.1]=--method.init_args.mu=0.1"]
-    argv = ["study.py", "--name", "s", "--base", str(base), *variants, "--runs", str(tmp_path), "--workers", "1", "--out", str(tmp_path / "t.md")]
+    variants = [
+        "--variant",
+        "FedProx [mu 0.01]=--method.init_args.mu=0.01",
+        "--variant",
+        "FedProx [mu 0.1]=--method.init_args.mu=0.1",
+    ]
+    argv = [
+        "study.py",
+        "--name",
+        "s",
+        "--base",
+        str(base),
+        *variants,
+        "--runs",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path / "t.md"),
+    ]
     monkeypatch.setattr(sys, "argv", [*argv, "--select_on", "val", "--select_seeds", "0", "--seeds", "0", "1", "2"])
     study.main()
-    assert ran == [("--method.init_args.mu=0.01", 0), ("--method.init_args.mu=0.1", 0), ("--method.init_args.mu=0.01", 1), ("--method.init_args.mu=0.01", 2)]
+    assert ran == [
+        ("--method.init_args.mu=0.01", 0),
+        ("--method.init_args.mu=0.1", 0),
+        ("--method.init_args.mu=0.01", 1),
+        ("--method.init_args.mu=0.01", 2),
+    ]
     text = (tmp_path / "t.md").read_text()
     assert "| FedProx [mu 0.01] | 61.00 ± 0.82 |" in text  # test: 60, 61, 62 over the three seeds
     assert "**FedProx [mu 0.01]: 70.00**; FedProx [mu 0.1]: 60.00 |" in text  # chosen on seed 0 alone

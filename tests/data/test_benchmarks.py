@@ -40,7 +40,9 @@ def _rows(x: torch.Tensor) -> set[str]:
 
 
 def test_no_test_image_is_in_any_clients_training_set(office_folder):
-    data = Benchmark("office_caltech10", root=office_folder, partition=DomainSkew(clients_per_domain=2), image_size=12).build(seed=0)
+    data = Benchmark(
+        "office_caltech10", root=office_folder, partition=DomainSkew(clients_per_domain=2), image_size=12
+    ).build(seed=0)
     assert len(data.clients) == 8 and list(data.test) == list(DOMAINS)
     train_rows = set().union(*(_rows(c.train.x) for c in data.clients))
     for domain, test in data.test.items():
@@ -54,11 +56,15 @@ def test_build_is_deterministic_per_seed(office_folder):
     source = Benchmark("office_caltech10", root=office_folder, partition=DomainSkew(fraction=0.5), image_size=12)
     a, b, c = source.build(1), source.build(1), source.build(2)
     assert all(torch.equal(x.train.x, y.train.x) for x, y in zip(a.clients, b.clients))
-    assert not all(torch.equal(x.train.y, y.train.y) and len(x.train) == len(y.train) for x, y in zip(a.clients, c.clients))
+    assert not all(
+        torch.equal(x.train.y, y.train.y) and len(x.train) == len(y.train) for x, y in zip(a.clients, c.clients)
+    )
 
 
 def test_label_and_domain_skew_partition(office_folder):
-    data = Benchmark("office_caltech10", root=office_folder, partition=LabelDomainSkew(beta=0.1), image_size=12).build(seed=0)
+    data = Benchmark("office_caltech10", root=office_folder, partition=LabelDomainSkew(beta=0.1), image_size=12).build(
+        seed=0
+    )
     assert [c.domain for c in data.clients] == list(DOMAINS)
     assert data.class_counts().sum() > 0
 
@@ -87,7 +93,9 @@ class CountingEncoder(FrozenEncoder):
 
 def test_features_are_cached_between_builds(office_folder, tmp_path):
     encoder = CountingEncoder()
-    source = Benchmark("office_caltech10", root=office_folder, encoder=encoder, cache_dir=tmp_path / "cache", image_size=12)
+    source = Benchmark(
+        "office_caltech10", root=office_folder, encoder=encoder, cache_dir=tmp_path / "cache", image_size=12
+    )
     first = source.build(seed=0)
     assert encoder.calls > 0 and first.input_shape == (4,)
     calls = encoder.calls
@@ -117,13 +125,17 @@ def test_unusable_cache_dir_stops_before_any_image_is_embedded(office_folder, tm
         source.build(seed=0)
     message = str(err.value)
     assert str(cache) in message and "data.init_args.cache_dir" in message and "\n" not in message
-    assert {"dangling link": "does not exist", "file": "is a file", "under a file": "cannot be written"}[kind] in message
+    assert {"dangling link": "does not exist", "file": "is a file", "under a file": "cannot be written"}[
+        kind
+    ] in message
     assert encoder.calls == 0
 
 
 def test_cache_dir_is_created_where_the_config_says(office_folder, tmp_path):
     cache = tmp_path / "nested" / "features"
-    Benchmark("office_caltech10", root=office_folder, encoder=CountingEncoder(), cache_dir=cache, image_size=12).build(seed=0)
+    Benchmark("office_caltech10", root=office_folder, encoder=CountingEncoder(), cache_dir=cache, image_size=12).build(
+        seed=0
+    )
     assert cache.is_dir() and list(cache.glob("*.pt")) and not list(cache.glob(".write-probe.*"))
 
 
@@ -142,7 +154,13 @@ def test_missing_folder_is_named(tmp_path):
 @pytest.mark.skipif(not (SHARED / "usps" / "usps.mat").is_file(), reason="shared USPS file absent")
 def test_digits_offline_suite_with_paper_fractions():
     pytest.importorskip("pureml")
-    source = Benchmark("digits_offline", root=SHARED, partition=DomainSkew(fraction=0.1), syn_samples=(500, 200), max_test_per_domain=300)
+    source = Benchmark(
+        "digits_offline",
+        root=SHARED,
+        partition=DomainSkew(fraction=0.1),
+        syn_samples=(500, 200),
+        max_test_per_domain=300,
+    )
     data = source.build(seed=0)
     sizes = {c.domain: len(c.train) for c in data.clients}
     assert sizes["mnist"] == 6000 and sizes["usps"] == 729  # 10% of 60,000 and of 7,291
@@ -181,11 +199,18 @@ def test_office_home_classes_come_from_the_folders_and_domain_names_are_mapped(t
 
 def test_domains_with_different_classes_are_named(tmp_path):
     rng = np.random.default_rng(2)
-    for domain, classes in (("Art", ("Bike", "Mug")), ("Clipart", ("Bike", "Mug")), ("Product", ("Bike", "Pen")), ("Real World", ("Bike", "Mug"))):
+    for domain, classes in (
+        ("Art", ("Bike", "Mug")),
+        ("Clipart", ("Bike", "Mug")),
+        ("Product", ("Bike", "Pen")),
+        ("Real World", ("Bike", "Mug")),
+    ):
         for cls in classes:
             d = tmp_path / domain / cls
             d.mkdir(parents=True)
             for i in range(4):
                 Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(d / f"{i}.jpg")
-    with pytest.raises(DataError, match=r"domain 'product' has classes \['Bike', 'Pen'\], domain 'art' has \['Bike', 'Mug'\]"):
+    with pytest.raises(
+        DataError, match=r"domain 'product' has classes \['Bike', 'Pen'\], domain 'art' has \['Bike', 'Mug'\]"
+    ):
         Benchmark("office_home", root=tmp_path, image_size=8).build(0)

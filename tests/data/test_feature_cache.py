@@ -225,7 +225,9 @@ def _office_config(tmp_path: Path) -> Path:
         for cls in OFFICE_CALTECH10_CLASSES:
             (tmp_path / "office" / domain / cls).mkdir(parents=True)
             for i in range(3):
-                Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "office" / domain / cls / f"{i}.png")
+                Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(
+                    tmp_path / "office" / domain / cls / f"{i}.png"
+                )
     data = {
         "class_path": "flsuite.data.benchmarks.Benchmark",
         "init_args": {
@@ -242,7 +244,9 @@ def _office_config(tmp_path: Path) -> Path:
     return config
 
 
-def test_features_on_a_filled_cache_answer_from_its_index_without_the_encoder(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_features_on_a_filled_cache_answer_from_its_index_without_the_encoder(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     """`flsuite features` records its build in the cache's index; the same command line (before any parser) and
     another one resolving to the same data (through the parser) are then answered from the index alone: the encoder is
     never built. A touched image (mtime) or a rewritten one (size) is a miss, and the build runs again."""
@@ -252,7 +256,9 @@ def test_features_on_a_filled_cache_answer_from_its_index_without_the_encoder(tm
     argv = ["features", "--config", str(config)]
     code, out, _ = run_cli(argv, capsys)
     first = json.loads(out)
-    assert code == 0 and "already_embedded" not in first and len(list((tmp_path / "cache" / "index").glob("*.json"))) == 2
+    assert (
+        code == 0 and "already_embedded" not in first and len(list((tmp_path / "cache" / "index").glob("*.json"))) == 2
+    )
     images = first["train_samples"] + first["test_samples"]
 
     def not_built(self, *args, **kwargs):

@@ -34,7 +34,9 @@ def _same_data(a: FederatedData, b: FederatedData) -> None:
     assert [(c.client_id, c.domain) for c in a.clients] == [(c.client_id, c.domain) for c in b.clients]
     for ca, cb in zip(a.clients, b.clients):
         assert torch.equal(ca.train.x, cb.train.x) and torch.equal(ca.train.y, cb.train.y)
-    assert list(a.test) == list(b.test) and all(torch.equal(a.test[d].x, b.test[d].x) and torch.equal(a.test[d].y, b.test[d].y) for d in a.test)
+    assert list(a.test) == list(b.test) and all(
+        torch.equal(a.test[d].x, b.test[d].x) and torch.equal(a.test[d].y, b.test[d].y) for d in a.test
+    )
     assert a.classes == b.classes and a.num_classes == b.num_classes and a.partition_stats() == b.partition_stats()
 
 
@@ -49,14 +51,19 @@ def _forbid_decoding_and_encoder(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(image_folder, "load_image_folder_arrays", not_decoded)
 
 
-def test_fit_on_an_indexed_cache_reads_the_cache_files_alone_and_runs_the_same(tmp_path: Path, capsys, caplog, monkeypatch) -> None:
+def test_fit_on_an_indexed_cache_reads_the_cache_files_alone_and_runs_the_same(
+    tmp_path: Path, capsys, caplog, monkeypatch
+) -> None:
     config = _office_config(tmp_path)
     _, built = _fit_data(config)  # no index yet: the build (decodes and embeds), as before
     assert run_cli(["fit", "--config", str(config), "--run_dir", str(tmp_path / "built")], capsys)[0] == 0
 
     assert run_cli(["features", "--config", str(config)], capsys)[0] == 0  # records the build, with its pools
     entries = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "index").glob("*.json")]
-    assert entries and all(sorted(e["pools"]) == [f"office_caltech10/{d}/all/12/{tmp_path / 'office'}" for d in ("amazon", "webcam")] for e in entries)
+    assert entries and all(
+        sorted(e["pools"]) == [f"office_caltech10/{d}/all/12/{tmp_path / 'office'}" for d in ("amazon", "webcam")]
+        for e in entries
+    )
 
     with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="flsuite"):
         _forbid_decoding_and_encoder(patch)
@@ -68,11 +75,15 @@ def test_fit_on_an_indexed_cache_reads_the_cache_files_alone_and_runs_the_same(t
         assert code == 0, err
     said = [r.getMessage() for r in caplog.records if "already embedded (feature cache index)" in r.getMessage()]
     images = sum(len(c.train) for c in built.clients) + sum(len(s) for s in built.test.values())
-    assert len(said) == 1 and said[0].startswith(f"already embedded (feature cache index): {images:,} images, {tmp_path / 'cache'}, decided in ")
+    assert len(said) == 1 and said[0].startswith(
+        f"already embedded (feature cache index): {images:,} images, {tmp_path / 'cache'}, decided in "
+    )
     assert (tmp_path / "indexed" / "metrics.jsonl").read_bytes() == (tmp_path / "built" / "metrics.jsonl").read_bytes()
 
 
-def test_a_changed_image_or_a_stale_cache_file_is_a_miss_that_builds_as_before(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_a_changed_image_or_a_stale_cache_file_is_a_miss_that_builds_as_before(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     config = _office_config(tmp_path)
     assert run_cli(["features", "--config", str(config)], capsys)[0] == 0
     _, served = _fit_data(config)
@@ -93,7 +104,11 @@ def test_a_changed_image_or_a_stale_cache_file_is_a_miss_that_builds_as_before(t
     # An entry whose cache file lacks a row (written behind the index's back with the same size and mtime is not
     # noticed; a row mask that says otherwise is): the build runs as without the index, the encoder built then.
     assert run_cli(["features", "--config", str(config)], capsys)[0] == 0
-    cache = next(Path(p) for e in (tmp_path / "cache" / "index").glob("*.json") for p in [next(iter(json.loads(e.read_text())["pools"].values()))["cache"]])
+    cache = next(
+        Path(p)
+        for e in (tmp_path / "cache" / "index").glob("*.json")
+        for p in [next(iter(json.loads(e.read_text())["pools"].values()))["cache"]]
+    )
     payload = torch.load(cache, weights_only=True)
     payload["done"][0] = False
     stat = cache.stat()
@@ -107,4 +122,6 @@ def test_a_changed_image_or_a_stale_cache_file_is_a_miss_that_builds_as_before(t
     assert len(built_encoders) == 1 and source.encoder is built_encoders[0]
     assert (tmp_path / "cache" / cache.name).stat().st_mtime_ns != stat.st_mtime_ns  # the lacking row embedded again:
     refilled = fallback.clients[0].train.x  # (alone, not in its batch: equal to rounding)
-    assert torch.allclose(refilled, served.clients[0].train.x, atol=1e-6) and torch.equal(fallback.clients[1].train.x, served.clients[1].train.x)
+    assert torch.allclose(refilled, served.clients[0].train.x, atol=1e-6) and torch.equal(
+        fallback.clients[1].train.x, served.clients[1].train.x
+    )

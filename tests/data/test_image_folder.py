@@ -52,7 +52,13 @@ def tree(tmp_path: Path) -> Path:
 
 
 def scan(root: Path, domains: tuple[str, ...] = ("amazon", "caltech")) -> dict[str, list[tuple[Path, int]]]:
-    return scan_image_folder(root, domains, CLASSES, folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES, folder_names.OFFICE_CALTECH10_CLASS_ALIASES)
+    return scan_image_folder(
+        root,
+        domains,
+        CLASSES,
+        folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
+        folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
+    )
 
 
 def test_normalise_name() -> None:
@@ -88,7 +94,9 @@ def test_scan_without_aliases_fails_on_renamed_folders(tree: Path) -> None:
 
 def test_missing_class_folder_names_it(tree: Path) -> None:
     with pytest.raises(FileNotFoundError) as err:
-        scan_image_folder(tree, ["amazon"], ["backpack", "projector"], class_aliases=folder_names.OFFICE_CALTECH10_CLASS_ALIASES)
+        scan_image_folder(
+            tree, ["amazon"], ["backpack", "projector"], class_aliases=folder_names.OFFICE_CALTECH10_CLASS_ALIASES
+        )
     msg = str(err.value)
     assert "'projector'" in msg and "video_projector" in msg and "laptop_computer" in msg and "amazon" in msg.lower()
 
@@ -161,7 +169,12 @@ def test_module_constants_consistent() -> None:
             folder_names.OFFICE_CALTECH10_DOMAIN_ALIASES,
             folder_names.OFFICE_CALTECH10_CLASS_ALIASES,
         ),
-        (folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES),
+        (
+            folder_names.PACS_DOMAINS,
+            folder_names.PACS_CLASSES,
+            folder_names.PACS_DOMAIN_ALIASES,
+            folder_names.PACS_CLASS_ALIASES,
+        ),
     ]:
         assert set(d_alias) <= set(domains) and set(c_alias) <= set(classes)
         assert len(set(domains)) == len(domains) and len(set(classes)) == len(classes)
@@ -208,7 +221,13 @@ def test_office_caltech10_real() -> None:
 
 @pytest.mark.skipif(not PACS.is_dir(), reason=f"shared data not present: {PACS}")
 def test_pacs_real() -> None:
-    res = scan_image_folder(PACS, folder_names.PACS_DOMAINS, folder_names.PACS_CLASSES, folder_names.PACS_DOMAIN_ALIASES, folder_names.PACS_CLASS_ALIASES)
+    res = scan_image_folder(
+        PACS,
+        folder_names.PACS_DOMAINS,
+        folder_names.PACS_CLASSES,
+        folder_names.PACS_DOMAIN_ALIASES,
+        folder_names.PACS_CLASS_ALIASES,
+    )
     counts = {d: np.bincount([y for _, y in e], minlength=7).tolist() for d, e in res.items()}
     assert counts == PACS_COUNTS
     assert sum(len(e) for e in res.values()) == 6494

@@ -78,21 +78,30 @@ CASES: list[tuple[str, Callable[[], Partitioner], dict[str, np.ndarray], bool]] 
     ("dirichlet", lambda: Dirichlet(num_clients=6, beta=0.5), ONE, True),
     ("dirichlet_min", lambda: Dirichlet(num_clients=4, beta=0.1, min_per_class=1), ONE, True),
     ("domain_skew", lambda: DomainSkew(fraction=0.3, clients_per_domain=2), LABELS, True),
-    ("domain_skew_beta", lambda: DomainSkew(clients_per_domain={"mnist": 2, "svhn": 4, "usps": 1}, beta=0.3), LABELS, True),
+    (
+        "domain_skew_beta",
+        lambda: DomainSkew(clients_per_domain={"mnist": 2, "svhn": 4, "usps": 1}, beta=0.3),
+        LABELS,
+        True,
+    ),
     ("lds", lambda: LabelDomainSkew(beta=0.5), LABELS, True),
     ("centralised", lambda: Centralised(), ONE, False),
 ]
 
 
 @pytest.mark.parametrize("name,make,labels,random", CASES, ids=[c[0] for c in CASES])
-def test_deterministic_given_rng_and_valid(name: str, make: Callable[[], Partitioner], labels: dict, random: bool) -> None:
+def test_deterministic_given_rng_and_valid(
+    name: str, make: Callable[[], Partitioner], labels: dict, random: bool
+) -> None:
     a = make().split(labels, C, _rng(0))
     b = make().split(labels, C, _rng(0))
     other = make().split(labels, C, _rng(1))
     _check_valid(a, labels)
     assert [c.domain for c in a] == [c.domain for c in b]
     assert all(np.array_equal(x.indices, y.indices) for x, y in zip(a, b, strict=True))
-    differs = [c.domain for c in a] != [c.domain for c in other] or any(not np.array_equal(x.indices, y.indices) for x, y in zip(a, other, strict=True))
+    differs = [c.domain for c in a] != [c.domain for c in other] or any(
+        not np.array_equal(x.indices, y.indices) for x, y in zip(a, other, strict=True)
+    )
     assert differs == random
 
 
@@ -154,7 +163,9 @@ def test_domain_skew_mapping() -> None:
     assert [c.domain for c in clients] == ["mnist"] + ["svhn"] * 5 + ["usps"] * 2
     _check_valid(clients, LABELS)
     # the mapping's order does not matter: clients still follow the data's domain order
-    reordered = DomainSkew(fraction=0.5, clients_per_domain=dict(reversed(list(counts.items())))).split(LABELS, C, _rng(0))
+    reordered = DomainSkew(fraction=0.5, clients_per_domain=dict(reversed(list(counts.items())))).split(
+        LABELS, C, _rng(0)
+    )
     assert [c.domain for c in reordered] == [c.domain for c in clients]
 
 
@@ -289,7 +300,9 @@ def test_bad_arguments_raise(make: Callable[[], Partitioner], match: str) -> Non
         make()
 
 
-@pytest.mark.parametrize("make", [lambda: IID(2), lambda: Dirichlet(2), lambda: Centralised()], ids=["iid", "dirichlet", "centralised"])
+@pytest.mark.parametrize(
+    "make", [lambda: IID(2), lambda: Dirichlet(2), lambda: Centralised()], ids=["iid", "dirichlet", "centralised"]
+)
 def test_single_domain_protocols_reject_several_domains(make: Callable[[], Partitioner]) -> None:
     with pytest.raises(DataError, match=r"3 domains \['mnist', 'svhn', 'usps'\].*DomainSkew"):
         make().split(LABELS, C, _rng(0))
@@ -333,9 +346,13 @@ def test_min_size_redraws_the_split_until_every_client_has_enough():
     while min(len(p) for p in draw) < 5:
         draw = _dirichlet_draw(labels, 30, 0.3, rng, 0)
     assert all(np.array_equal(a, b) for a, b in zip(parts, draw))
-    # a rule the first draw already meets changes nothing: min_size 0 and 1 give the one-draw split when no client is empty
+    # a rule the first draw already meets changes nothing: min_size 0 and 1 give the one-draw split when no client is
+    # empty
     easy = dirichlet_partition(labels, 5, 10.0, np.random.default_rng(0))
-    assert all(np.array_equal(a, b) for a, b in zip(easy, dirichlet_partition(labels, 5, 10.0, np.random.default_rng(0), min_size=1)))
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(easy, dirichlet_partition(labels, 5, 10.0, np.random.default_rng(0), min_size=1))
+    )
 
 
 def test_min_size_that_cannot_be_met_names_the_numbers():
@@ -346,7 +363,9 @@ def test_min_size_that_cannot_be_met_names_the_numbers():
         dirichlet_partition(labels, 2, 0.001, np.random.default_rng(0), min_size=10, max_draws=3)
     with pytest.raises(DataError, match="min_size must be >= 0"):
         Dirichlet(num_clients=2, min_size=-1)
-    split = Dirichlet(num_clients=4, beta=0.1, min_size=3).split({"all": np.repeat(np.arange(2), 10)}, 2, np.random.default_rng(0))
+    split = Dirichlet(num_clients=4, beta=0.1, min_size=3).split(
+        {"all": np.repeat(np.arange(2), 10)}, 2, np.random.default_rng(0)
+    )
     assert min(len(c.indices) for c in split) >= 3
 
 
@@ -369,7 +388,13 @@ def test_domain_skew_client_fraction_is_the_official_fpl_fkpl_layout() -> None:
 
 
 def test_domain_skew_client_fraction_errors() -> None:
-    with pytest.raises(DataError, match=r"domain 'mnist': 4 clients × client_fraction 0.3 of its 300 training samples \(90 each\) needs 1 <= 4 × 90 <= 300"):
+    with pytest.raises(
+        DataError,
+        match=(
+            r"domain 'mnist': 4 clients × client_fraction 0.3 of its 300 training samples \(90 each\) needs 1 <= "
+            r"4 × 90 <= 300"
+        ),
+    ):
         DomainSkew(clients_per_domain=4, client_fraction=0.3).split(LABELS, C, _rng(0))
     with pytest.raises(DataError, match="needs fraction 1 and beta null, got fraction 0.5"):
         DomainSkew(fraction=0.5, client_fraction=0.2)

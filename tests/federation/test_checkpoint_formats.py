@@ -64,7 +64,9 @@ def downgrade(run_dir: Path, fmt: int) -> None:
     clients = path.parent / CLIENTS_DIR
     payload = torch.load(path, weights_only=True)
     assert payload["format"] == 4
-    old = {3: lambda p: to_format_3(p), 2: lambda p: to_format_2(p, clients), 1: lambda p: to_format_1(p, clients)}[fmt](payload)
+    old = {3: lambda p: to_format_3(p), 2: lambda p: to_format_2(p, clients), 1: lambda p: to_format_1(p, clients)}[
+        fmt
+    ](payload)
     torch.save(old, path)
     if fmt < 3:
         shutil.rmtree(clients)
@@ -133,7 +135,9 @@ def test_an_fkpl_checkpoint_of_each_older_format_resumes_exactly(tmp_path, monke
     new = load_checkpoint(tmp_path)
     downgrade(tmp_path, fmt)
     old = load_checkpoint(tmp_path)
-    assert old.outputs.keys() == new.outputs.keys() and old.nested == new.nested and old.query_weights == new.query_weights
+    assert (
+        old.outputs.keys() == new.outputs.keys() and old.nested == new.nested and old.query_weights == new.query_weights
+    )
     assert old.queries == new.queries and old.local_loop == new.local_loop
     assert {o: {k: (a.bytes_up, a.bytes_down) for k, a in kept.items()} for o, kept in old.answers.items()} == {
         o: {k: (a.bytes_up, a.bytes_down) for k, a in kept.items()} for o, kept in new.answers.items()
@@ -142,7 +146,10 @@ def test_an_fkpl_checkpoint_of_each_older_format_resumes_exactly(tmp_path, monke
     assert (tmp_path / "metrics.jsonl").read_text() == (fkpl_full / "metrics.jsonl").read_text()
     full, resumed = load_checkpoint(fkpl_full), load_checkpoint(tmp_path)
     assert resumed.queries == full.queries and summary["query/fkpl/virtual/calls"] == 1
-    assert all(torch.equal(resumed.outputs["calibrate"]["head"][k], full.outputs["calibrate"]["head"][k]) for k in ("weight", "bias"))
+    assert all(
+        torch.equal(resumed.outputs["calibrate"]["head"][k], full.outputs["calibrate"]["head"][k])
+        for k in ("weight", "bias")
+    )
 
 
 def test_outputs_hold_only_what_the_phases_published(fkpl_full):

@@ -76,7 +76,9 @@ class NormAndDropout(ModelSpec):
     """Flatten → Linear → BatchNorm1d → ReLU → Dropout → Linear: training moves buffers and draws from torch's RNG."""
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-        return SequentialClassifier(nn.Flatten(), nn.Linear(64, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, num_classes))
+        return SequentialClassifier(
+            nn.Flatten(), nn.Linear(64, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, num_classes)
+        )
 
 
 class ProbingClient(ClientModule):
@@ -90,7 +92,9 @@ class ProbingClient(ClientModule):
         torch.randn(100)
         loss = F.cross_entropy(self.model(x + torch.randn_like(x)), y)
         grads = torch.autograd.grad(loss, [p for p in self.model.parameters() if p.requires_grad])
-        ProbingClient.calls.append({"steps": getattr(self, "steps", 0), "batch": len(y), "weights": weights, "norm": float(grads[0].norm())})
+        ProbingClient.calls.append(
+            {"steps": getattr(self, "steps", 0), "batch": len(y), "weights": weights, "norm": float(grads[0].norm())}
+        )
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor):
         self.steps = getattr(self, "steps", 0) + 1  # one call per step
@@ -122,5 +126,7 @@ def test_the_probe_runs_once_per_fit_and_leaves_the_training_unchanged(loop):
     assert call["steps"] == 0 and call["batch"] == 16 and probed.metrics == {"norm": call["norm"]} and call["norm"] > 0
     assert all(torch.equal(call["weights"][k], start[k]) for k in start)
     assert any("running_mean" in k for k in plain.weights)
-    assert plain.weights.keys() == probed.weights.keys() and all(torch.equal(plain.weights[k], probed.weights[k]) for k in plain.weights)
+    assert plain.weights.keys() == probed.weights.keys() and all(
+        torch.equal(plain.weights[k], probed.weights[k]) for k in plain.weights
+    )
     assert plain.train_loss == probed.train_loss and plain.num_steps == probed.num_steps

@@ -19,7 +19,9 @@ from flsuite.methods.scaffold import Scaffold
 from tests.helpers import head_federation, killed_and_resumed
 
 MANY = {
-    "data": GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=10, samples_per_client=20, test_per_domain=30),
+    "data": GaussianFeatures(
+        dim=6, num_classes=3, num_domains=2, clients_per_domain=10, samples_per_client=20, test_per_domain=30
+    ),
     "sampling": ClientSampling(per_round=3),
     "method": Scaffold(),
     "rounds": 4,
@@ -40,7 +42,11 @@ def test_only_sampled_clients_have_state_files_each_its_latest_and_memory_holds_
     rounds = ckpt.history
     last_sampled = {k: r["round"] for r in rounds for k in r["clients"]}
     assert state_files(tmp_path) == last_sampled  # one file per client ever sampled; generation = its last round
-    assert len(ckpt.client_states.ids) == 20 and sorted(ckpt.client_states) == sorted(last_sampled) and len(last_sampled) < 20
+    assert (
+        len(ckpt.client_states.ids) == 20
+        and sorted(ckpt.client_states) == sorted(last_sampled)
+        and len(last_sampled) < 20
+    )
     never = next(k for k in range(20) if k not in last_sampled)
     with pytest.raises(KeyError, match="never sampled"):  # made by the method when asked in a run, never written
         ckpt.client_states[never]
@@ -60,7 +66,9 @@ def test_a_checkpoint_writes_only_the_states_that_changed(tmp_path, monkeypatch)
     monkeypatch.setattr(torch, "save", recording)
     head_federation(tmp_path, **MANY).fit()
     per_round = [[n for n in written[i : i + 4] if not n.startswith("last")] for i in range(0, len(written), 4)]
-    assert all(len(files) == 3 for files in per_round) and len(per_round) == 4  # 3 sampled clients, then last.pt, per round
+    assert (
+        all(len(files) == 3 for files in per_round) and len(per_round) == 4
+    )  # 3 sampled clients, then last.pt, per round
 
 
 def test_resume_with_sampled_clients_is_exact(tmp_path):

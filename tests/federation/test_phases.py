@@ -31,7 +31,11 @@ def records(run_dir) -> list[dict]:
 
 
 def public_data() -> PublicData:
-    return PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=40, test_per_domain=10))
+    return PublicData(
+        GaussianFeatures(
+            dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=40, test_per_domain=10
+        )
+    )
 
 
 def assert_same_weights(a, b) -> None:
@@ -61,13 +65,17 @@ def test_two_phase_protocol_equals_two_separate_runs(tmp_path):
     final = load_checkpoint(tmp_path / "both")
     assert_same_weights(final.outputs["a"]["weights"], load_checkpoint(tmp_path / "a").global_weights)
     assert_same_weights(final.global_weights, load_checkpoint(tmp_path / "b").global_weights)
-    assert "3.weight" not in final.outputs["a"]["weights"] and "3.weight" in final.global_weights  # Linear, then the MLP
+    assert (
+        "3.weight" not in final.outputs["a"]["weights"] and "3.weight" in final.global_weights
+    )  # Linear, then the MLP
 
 
 def test_a_phase_over_all_clients_without_prefix_is_the_default_protocol(tmp_path):
     head_federation(tmp_path / "default").fit()
     head_federation(tmp_path / "explicit", protocol=[Rounds(name="main")]).fit()
-    assert (tmp_path / "default" / "metrics.jsonl").read_bytes() == (tmp_path / "explicit" / "metrics.jsonl").read_bytes()
+    assert (tmp_path / "default" / "metrics.jsonl").read_bytes() == (
+        tmp_path / "explicit" / "metrics.jsonl"
+    ).read_bytes()
 
 
 class TwoStageFedAvg(FedAvg):
@@ -135,7 +143,9 @@ class InterruptingStep(ServerStep):
         if ctx.round == 3:
             trip(self.key)
         calls = int(state.get("calls", 0)) + 1
-        return ServerUpdate({k: v + 0.01 if k.endswith("bias") else v for k, v in weights.items()}, {"calls": calls}, {"calls": calls})
+        return ServerUpdate(
+            {k: v + 0.01 if k.endswith("bias") else v for k, v in weights.items()}, {"calls": calls}, {"calls": calls}
+        )
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -187,7 +197,11 @@ def test_server_finetune_trains_the_aggregate_and_reruns_identically(tmp_path):
     head_federation(tmp_path / "b", server_steps=[ServerFinetune(public_data(), epochs=2, lr=0.1)]).fit()
     a = records(tmp_path / "a")
     assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == (tmp_path / "b" / "metrics.jsonl").read_bytes()
-    assert [r["server/serverfinetune/steps"] for r in a] == [4, 4, 4]  # 40 samples, batch 32: 2 steps per epoch, 2 epochs
+    assert [r["server/serverfinetune/steps"] for r in a] == [
+        4,
+        4,
+        4,
+    ]  # 40 samples, batch 32: 2 steps per epoch, 2 epochs
     plain = load_checkpoint(tmp_path / "plain").global_weights
     assert not torch.equal(load_checkpoint(tmp_path / "a").global_weights["1.weight"], plain["1.weight"])
 
@@ -278,7 +292,11 @@ def test_scaffold_uploads_two_parameter_sets_and_downloads_weights_plus_c(tmp_pa
     theta = (8 * 3 + 3) * 4  # Linear(8, 3), float32
     for r in records(tmp_path):
         assert r["bytes_up"] == 4 * 2 * theta
-    assert [r["bytes_down"] for r in records(tmp_path)] == [4 * theta, 4 * 2 * theta, 4 * 2 * theta]  # c is empty in round 1
+    assert [r["bytes_down"] for r in records(tmp_path)] == [
+        4 * theta,
+        4 * 2 * theta,
+        4 * 2 * theta,
+    ]  # c is empty in round 1
 
 
 # ---- what a client receives --------------------------------------------------------------------------------------
@@ -348,7 +366,13 @@ def test_a_step_can_query_the_clients_under_the_initial_weights_once_and_keeps_t
     AskOnceStep.calls = 0
     TRIPPED.discard("client fit")  # armed: client 1 is interrupted in round 3
     with pytest.raises(RunInterrupted):
-        head_federation(tmp_path, rounds=3, server_steps=[AskOnceStep()], method=ScaffoldWithInterruptedClient(), checkpoint_every=10).fit()
+        head_federation(
+            tmp_path,
+            rounds=3,
+            server_steps=[AskOnceStep()],
+            method=ScaffoldWithInterruptedClient(),
+            checkpoint_every=10,
+        ).fit()
     head_federation(None, rounds=3, server_steps=[AskOnceStep()], method=Scaffold()).fit(resume=tmp_path)
     assert AskOnceStep.calls == 1  # not asked again on resume
     state = load_checkpoint(tmp_path)

@@ -28,7 +28,9 @@ def plain_local_training(fed, local: LocalTraining, seed: int, rounds: int) -> d
     optimizer = local.make_optimizer(model.parameters())
     for rnd in range(1, rounds + 1):
         task_seed = derive_seed(seed, rnd, 0, "client")
-        batches = EpochBatches(data.clients[0].train, local.batch_size, torch_generator(task_seed, purpose="batches"), epochs=local.epochs)
+        batches = EpochBatches(
+            data.clients[0].train, local.batch_size, torch_generator(task_seed, purpose="batches"), epochs=local.epochs
+        )
         for _ in range(local.epochs):
             for x, y in batches.epoch():
                 optimizer.zero_grad()
@@ -38,7 +40,9 @@ def plain_local_training(fed, local: LocalTraining, seed: int, rounds: int) -> d
 
 
 def one_client_data() -> GaussianFeatures:
-    return GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=50, test_per_domain=30)
+    return GaussianFeatures(
+        dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=50, test_per_domain=30
+    )
 
 
 def test_fedavg_with_one_client_equals_plain_local_training(tmp_path):
@@ -94,12 +98,16 @@ def test_global_model_is_the_weighted_average_of_client_models(tmp_path):
             captured.extend(copy.deepcopy(results))
             return results
 
-    data = GaussianFeatures(dim=5, num_classes=3, num_domains=1, clients_per_domain=3, samples_per_client=40, test_per_domain=20)
+    data = GaussianFeatures(
+        dim=5, num_classes=3, num_domains=1, clients_per_domain=3, samples_per_client=40, test_per_domain=20
+    )
     fed = head_federation(tmp_path, data=data, rounds=1, executor=Recording())
     fed.fit()
     assert len(captured) == 3
     sizes = [r.num_samples for r in captured]
-    expected = {k: sum(r.weights[k].double() * n for r, n in zip(captured, sizes)) / sum(sizes) for k in captured[0].weights}
+    expected = {
+        k: sum(r.weights[k].double() * n for r, n in zip(captured, sizes)) / sum(sizes) for k in captured[0].weights
+    }
     got = load_checkpoint(tmp_path).global_weights
     for k in expected:
         torch.testing.assert_close(got[k].double(), expected[k], rtol=0, atol=1e-7)
@@ -231,7 +239,15 @@ def test_client_sampling_is_seeded_per_round():
 
 def test_run_folder_contents(tmp_path):
     summary = head_federation(tmp_path, rounds=6, target_acc=1.0).fit()
-    for name in ("metrics.jsonl", "timings.jsonl", "partition.json", "partition.png", "summary.json", "results.md", "convergence.png"):
+    for name in (
+        "metrics.jsonl",
+        "timings.jsonl",
+        "partition.json",
+        "partition.png",
+        "summary.json",
+        "results.md",
+        "convergence.png",
+    ):
         assert (tmp_path / name).is_file(), name
     import json
 

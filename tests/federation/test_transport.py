@@ -50,7 +50,11 @@ def test_scaffold_aggregate_sees_only_delta_y_delta_c_and_the_float_buffers(tmp_
             assert list(r.weights) == float_buffers
             assert set(r.upload) == {"delta_y", "delta_c"}
             assert list(r.upload["delta_y"]) == list(r.upload["delta_c"]) == params
-            assert method.bytes_up(r) == num_bytes(r.weights) + num_bytes(r.upload) == 2 * sum(p.numel() * 4 for p in model.parameters()) + 2 * 4 * 4
+            assert (
+                method.bytes_up(r)
+                == num_bytes(r.weights) + num_bytes(r.upload)
+                == 2 * sum(p.numel() * 4 for p in model.parameters()) + 2 * 4 * 4
+            )
 
 
 class Recording(SerialExecutor):
@@ -72,7 +76,9 @@ def test_fedsr_references_kept_on_the_client_travel_neither_way(tmp_path):
     """FedSR `per_client`: r_μ, r_σ and C are in no task (neither carried nor held) and no result, and each client
     trains its own (its state's copy differs from the global one, which stays W₀'s)."""
     rec = Recording()
-    fed = head_federation(tmp_path, rounds=2, method=FedSR(l2r=0.1, cmi=0.05), model=FedSRModel(hidden=[8], dim=4), executor=rec)
+    fed = head_federation(
+        tmp_path, rounds=2, method=FedSR(l2r=0.1, cmi=0.05), model=FedSRModel(hidden=[8], dim=4), executor=rec
+    )
     fed.fit()
     everything = set(FedSRModel(hidden=[8], dim=4).build((8,), 3).state_dict())
     assert set(REFERENCE) < everything
@@ -88,7 +94,12 @@ def test_fedsr_references_kept_on_the_client_travel_neither_way(tmp_path):
 
 
 def test_trainable_down_carries_the_trainable_parameters_and_the_client_holds_the_rest():
-    weights = {"a.weight": torch.ones(2), "a.bias": torch.ones(1), "bn.running_mean": torch.zeros(2), "bn.count": torch.tensor(3)}
+    weights = {
+        "a.weight": torch.ones(2),
+        "a.bias": torch.ones(1),
+        "bn.running_mean": torch.zeros(2),
+        "bn.count": torch.tensor(3),
+    }
     carried, held = Transport(down="trainable", trainable=("a.weight", "a.bias")).downward(weights)
     assert list(carried) == ["a.weight", "a.bias"] and list(held) == ["bn.running_mean", "bn.count"]
     carried, held = Transport(trainable=("a.weight", "a.bias")).downward(weights)
@@ -102,5 +113,7 @@ def test_a_task_missing_a_weight_that_is_not_kept_on_the_client_is_an_error():
     weights = dict(model.state_dict())
     task = ClientTask(1, 4, 0, {"1.weight": weights["1.weight"]})
     load_task_weights(model, task, Transport(kept=frozenset({"1.bias"})))  # the client's own bias: fine
-    with pytest.raises(RuntimeError, match=r"client 4's task does not fit its model: missing \['1.bias'\], unexpected \[\]"):
+    with pytest.raises(
+        RuntimeError, match=r"client 4's task does not fit its model: missing \['1.bias'\], unexpected \[\]"
+    ):
         load_task_weights(model, task, Transport())

@@ -35,7 +35,9 @@ def final_weights(run_dir) -> dict[str, torch.Tensor]:
 
 
 def same_weights(a, b, atol: float = 0.0) -> bool:
-    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=atol) if atol else torch.equal(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(
+        torch.allclose(a[k], b[k], rtol=0, atol=atol) if atol else torch.equal(a[k], b[k]) for k in a
+    )
 
 
 def history(run_dir) -> list[dict]:
@@ -197,7 +199,9 @@ def test_scaffold_control_variates_with_momentum_use_effective_steps(tmp_path):
     local = LocalTraining(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=0.0)
     for flag in (True, False):
         rec = Recording()
-        fed = head_federation(tmp_path / str(flag), rounds=1, local=local, method=Scaffold(effective_steps=flag), executor=rec)
+        fed = head_federation(
+            tmp_path / str(flag), rounds=1, local=local, method=Scaffold(effective_steps=flag), executor=rec
+        )
         fed.fit()
         r = rec.results[0]
         steps = effective_steps(r.num_steps, 0.9) if flag else r.num_steps
@@ -208,7 +212,9 @@ def test_scaffold_control_variates_with_momentum_use_effective_steps(tmp_path):
 
 # ---- FedDyn ----------------------------------------------------------------------------------------------------
 def test_feddyn_server_state_matches_hand_computation(tmp_path):
-    data = GaussianFeatures(dim=4, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=30, test_per_domain=20)
+    data = GaussianFeatures(
+        dim=4, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=30, test_per_domain=20
+    )
     rec = Recording()
     alpha = 0.5
     fed = head_federation(tmp_path, data=data, rounds=1, method=FedDyn(alpha=alpha), executor=rec)
@@ -221,7 +227,9 @@ def test_feddyn_server_state_matches_hand_computation(tmp_path):
         torch.testing.assert_close(ckpt.server_state["h"][name], h, rtol=0, atol=1e-6)
         torch.testing.assert_close(ckpt.global_weights[name], (w0[name] + w1[name]) / 2 - h / alpha, rtol=0, atol=1e-6)
         # client state ∇L_k ← 0 − α(θ_k − θ)
-        torch.testing.assert_close(ckpt.client_states[0]["grad"][name], -alpha * (w0[name] - x[name]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            ckpt.client_states[0]["grad"][name], -alpha * (w0[name] - x[name]), rtol=0, atol=1e-6
+        )
 
 
 # ---- drift: SCAFFOLD and FedDyn fix what FedAvg cannot --------------------------------------------------------
@@ -262,7 +270,9 @@ def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
     from flsuite.federation.sampling import ClientSampling
     from tests.helpers import killed_and_resumed
 
-    a, b = killed_and_resumed(tmp_path, 3, rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold())
+    a, b = killed_and_resumed(
+        tmp_path, 3, rounds=4, local=SGD, sampling=ClientSampling(fraction=0.5), method=Scaffold()
+    )
     assert same_weights(a.global_weights, b.global_weights)
     assert same_weights(a.server_state["c"], b.server_state["c"])
     for k in a.client_states:
@@ -270,7 +280,9 @@ def test_scaffold_resume_after_kill_equals_uninterrupted_run(tmp_path):
 
 
 def test_scaffold_composes_with_ggeur_by_config(tmp_path):
-    data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
+    data = GaussianFeatures(
+        dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30
+    )
     setup = [GGEUR(target_per_class=40, samples_per_prototype=10)]
     summary = head_federation(tmp_path, data=data, rounds=2, setup=setup, method=Scaffold()).fit()
     assert summary["last/acc_mean"] > 70  # 3 classes: chance is 33.3; a run that learned nothing stays near it
@@ -310,7 +322,14 @@ def test_fedproto_global_prototypes_are_count_weighted_means():
     torch.testing.assert_close(state["protos"], torch.tensor([[1.5, 1.0], [2.0, 2.0]]))
     assert state["has"].tolist() == [True, True]
     # a round where nobody holds class 1 keeps its old prototype
-    results = [ClientResult(0, 10, {"w": torch.zeros(1)}, upload={"protos": torch.tensor([[0.0, 0.0], [9.0, 9.0]]), "counts": torch.tensor([2, 0])})]
+    results = [
+        ClientResult(
+            0,
+            10,
+            {"w": torch.zeros(1)},
+            upload={"protos": torch.tensor([[0.0, 0.0], [9.0, 9.0]]), "counts": torch.tensor([2, 0])},
+        )
+    ]
     _, state = method.aggregate(2, {"w": torch.zeros(1)}, results, state)
     torch.testing.assert_close(state["protos"], torch.tensor([[0.0, 0.0], [2.0, 2.0]]))
 
@@ -331,7 +350,9 @@ def test_not_true_logits_are_the_masked_logits_in_class_order_with_the_same_grad
     masked = logits[torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)].view(16, 9)
     gathered = not_true_logits(logits, y)
     assert torch.equal(gathered, masked)
-    assert torch.equal(not_true_logits(torch.tensor([[0.0, 1.0, 2.0, 3.0]]), torch.tensor([2])), torch.tensor([[0.0, 1.0, 3.0]]))
+    assert torch.equal(
+        not_true_logits(torch.tensor([[0.0, 1.0, 2.0, 3.0]]), torch.tensor([2])), torch.tensor([[0.0, 1.0, 3.0]])
+    )
     weights = torch.randn(16, 9)
     (from_mask,) = torch.autograd.grad((masked * weights).sum(), logits)
     (from_gather,) = torch.autograd.grad((gathered * weights).sum(), logits)
@@ -348,7 +369,10 @@ def test_config_overlays_parse(tmp_path, capsys, overlay):
     from flsuite.cli import main
 
     base = tmp_path / "base.yaml"
-    base.write_text("rounds: 1\ndata: {class_path: flsuite.data.builtin.GaussianFeatures}\nmodel: {class_path: flsuite.models.heads.Linear}\n")
+    base.write_text(
+        "rounds: 1\ndata: {class_path: flsuite.data.builtin.GaussianFeatures}\nmodel: "
+        "{class_path: flsuite.models.heads.Linear}\n"
+    )
     try:
         code = main(["fit", "--config", str(base), "--config", str(overlay), "--print_config"])
     except SystemExit as exit_info:  # jsonargparse may exit after printing
@@ -364,7 +388,14 @@ def test_config_overlays_parse(tmp_path, capsys, overlay):
 @pytest.mark.parametrize(
     "method",
     [FedAvg(), FedProx(mu=0.0), FedProx(mu=5.0), FedDyn(alpha=0.5), MOON(mu=5.0), FedNTD(beta=5.0)],
-    ids=["fedavg", "fedprox-mu0", "fedprox-mu5", "feddyn", "moon", "fedntd"],  # stable ids: xdist workers must collect the same names
+    ids=[
+        "fedavg",
+        "fedprox-mu0",
+        "fedprox-mu5",
+        "feddyn",
+        "moon",
+        "fedntd",
+    ],  # stable ids: xdist workers must collect the same names
 )
 def test_the_task_loss_is_the_cross_entropy_without_the_methods_terms(tmp_path, method):
     """`ClientResult.task_loss`: the mean cross-entropy over the fit's steps. FedAvg adds nothing (the train loss to

@@ -41,7 +41,10 @@ def same(a: dict, b: dict) -> bool:
 def test_closed_form_kl_equals_torch_distributions():
     g = torch.Generator().manual_seed(0)
     mu, mu_g = torch.randn(5, 7, generator=g, dtype=torch.float64), torch.randn(5, 7, generator=g, dtype=torch.float64)
-    sigma, sigma_g = torch.rand(5, 7, generator=g, dtype=torch.float64) + 0.1, torch.rand(5, 7, generator=g, dtype=torch.float64) + 0.1
+    sigma, sigma_g = (
+        torch.rand(5, 7, generator=g, dtype=torch.float64) + 0.1,
+        torch.rand(5, 7, generator=g, dtype=torch.float64) + 0.1,
+    )
     ref = kl_divergence(Independent(Normal(mu, sigma), 1), Independent(Normal(mu_g, sigma_g), 1))
     assert torch.allclose(gaussian_kl(mu, sigma, mu_g, sigma_g), ref, rtol=1e-12, atol=1e-12)
     assert torch.allclose(gaussian_kl(mu, sigma, mu, sigma), torch.zeros(5, dtype=torch.float64))
@@ -69,7 +72,9 @@ def _server(method: FedCiR, heads: list[tuple[torch.Tensor, torch.Tensor]], coun
     model = spec.build((6,), 3)
     method.setup(model, len(heads))
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    results = [ClientResult(k, n, {**base, "fc.weight": w, "fc.bias": b}) for k, ((w, b), n) in enumerate(zip(heads, counts))]
+    results = [
+        ClientResult(k, n, {**base, "fc.weight": w, "fc.bias": b}) for k, ((w, b), n) in enumerate(zip(heads, counts))
+    ]
     return RoundServer(rnd, seed=11, results=results, num_clients=len(heads), build_model=lambda: spec.build((6,), 3))
 
 
@@ -103,7 +108,9 @@ def test_generator_update_depends_on_every_client_head(ensemble):
         move = (torch.randn(3, 8, generator=d), torch.tensor([1.0, -1.0, 0.0]))
         out = trained([(w + move[0], b + move[1]) if i == j else (w, b) for i, (w, b) in enumerate(heads)])
         ratio = float((flat(out) - flat(ref)).norm() / flat(ref).norm())
-        assert ratio > 1e-3, f"moving client {j}'s head moved the generator by {ratio:.1e} of its norm: is that head ignored?"
+        assert ratio > 1e-3, (
+            f"moving client {j}'s head moved the generator by {ratio:.1e} of its norm: is that head ignored?"
+        )
 
 
 def test_ensemble_is_not_collapsed_to_the_global_head():
@@ -121,7 +128,9 @@ def test_ensemble_is_not_collapsed_to_the_global_head():
     z, y = torch.randn(32, 8), torch.randint(3, (32,))
     coef = alpha[:, None].expand(-1, 3)
     assert torch.allclose(ensemble_loss(z, y, heads, coef, "logits"), F.cross_entropy(F.linear(z, *avg), y), atol=1e-5)
-    assert not torch.allclose(ensemble_loss(z, y, heads, coef, "mixture"), F.cross_entropy(F.linear(z, *avg), y), atol=1e-3)
+    assert not torch.allclose(
+        ensemble_loss(z, y, heads, coef, "mixture"), F.cross_entropy(F.linear(z, *avg), y), atol=1e-3
+    )
 
 
 def test_mle_statistics_match_a_known_gaussian():
@@ -134,7 +143,9 @@ def test_mle_statistics_match_a_known_gaussian():
         return a[y] + s * eps[:, :3]
 
     n = 20000
-    mu, sigma = class_gaussian_mle(sample, 2, n, noise_dim=3, noise="normal", generator=torch.Generator().manual_seed(5))
+    mu, sigma = class_gaussian_mle(
+        sample, 2, n, noise_dim=3, noise="normal", generator=torch.Generator().manual_seed(5)
+    )
     g = torch.Generator().manual_seed(5)
     for c in range(2):
         z = sample(torch.full((n,), c), draw_noise(n, 3, "normal", generator=g)).double()
@@ -172,7 +183,9 @@ def test_client_loss_matches_hand_computation():
 def test_round_one_runs_plain_then_generator_and_statistics_travel(tmp_path):
     """Round 1: nothing but the weights goes down (no generator yet); from round 2 the generator and μ_g, σ_g do,
     counted in bytes_down; the server state (generator, its Adam moments, μ_g, σ_g) is checkpointed."""
-    head_federation(tmp_path, rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3)).fit()
+    head_federation(
+        tmp_path, rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3)
+    ).fit()
     r1, r2 = metrics(tmp_path)
     state = load_checkpoint(tmp_path).server_state
     assert state["mu_g"].shape == state["sigma_g"].shape == (3, 8) and bool((state["sigma_g"] > 0).all())
@@ -198,7 +211,9 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     round 3 and resumed equals the uninterrupted run."""
     from tests.helpers import killed_and_resumed
 
-    a, b = killed_and_resumed(tmp_path, 3, rounds=4, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3))
+    a, b = killed_and_resumed(
+        tmp_path, 3, rounds=4, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=1e-3)
+    )
     assert same(a.global_weights, b.global_weights) and same(a.server_state["generator"], b.server_state["generator"])
 
 

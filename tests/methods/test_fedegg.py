@@ -55,7 +55,11 @@ def fed(run_dir, **overrides):
 
 def guiding(**kw) -> PublicData:
     """A related guiding set: the federation's own class means (same dim, classes and seed), its own samples."""
-    return PublicData(GaussianFeatures(**{"dim": 8, "num_classes": 3, "num_domains": 1, "clients_per_domain": 1, "samples_per_client": 90, **kw}))
+    return PublicData(
+        GaussianFeatures(
+            **{"dim": 8, "num_classes": 3, "num_domains": 1, "clients_per_domain": 1, "samples_per_client": 90, **kw}
+        )
+    )
 
 
 def records(run_dir) -> list[dict]:
@@ -87,7 +91,11 @@ def test_without_guidance_the_run_is_fedavg_bit_for_bit(tmp_path, fedavg_run, of
     assert [r["server/fedegg/gate"] for r in ours] == ([1] * 4 if "lr_scale" in off else [0] * 4)
     # the same step with γ = η guides and changes the model
     fed(tmp_path / "on", server_steps=[FedEGG(guiding(), tau=10.0)]).fit()
-    assert not torch.allclose(load_checkpoint(tmp_path / "on").global_weights["1.weight"], load_checkpoint(fedavg_run).global_weights["1.weight"], atol=1e-4)
+    assert not torch.allclose(
+        load_checkpoint(tmp_path / "on").global_weights["1.weight"],
+        load_checkpoint(fedavg_run).global_weights["1.weight"],
+        atol=1e-4,
+    )
 
 
 def test_scaffold_plus_fedegg_without_guidance_is_scaffold(tmp_path):
@@ -133,7 +141,9 @@ def test_loss_c_follows_eq6_from_the_clients_losses_and_the_gate_follows_eq8_eve
         expected.append(prev)
     assert [r["server/fedegg/loss_c"] for r in hist] == pytest.approx(expected, rel=1e-12)
     for r in hist:
-        assert r["server/fedegg/llr"] == pytest.approx(math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r, loss_g0)), rel=1e-6)  # L^g: a float32 sum
+        assert r["server/fedegg/llr"] == pytest.approx(
+            math.log2(r["server/fedegg/loss_c"] / prev_loss_g(hist, r, loss_g0)), rel=1e-6
+        )  # L^g: a float32 sum
         assert r["server/fedegg/gate"] == int(r["server/fedegg/llr"] < r["server/fedegg/tau"])
 
 
@@ -141,7 +151,9 @@ def test_a_regularised_method_gates_on_its_clients_cross_entropy_not_on_its_obje
     """FedProx + FedEGG: L^c is Eq. 6 over the clients' FL-task loss (`task_loss`), not over FedProx's objective
     with its proximal term (`train_loss`, larger by μ/2 · ‖w − w_g‖² on average)."""
     rec = Recording()
-    fed(tmp_path, rounds=3, executor=rec, method=FedProx(mu=5.0), server_steps=[FedEGG(guiding(), beta=0.5, tau=-0.5)]).fit()
+    fed(
+        tmp_path, rounds=3, executor=rec, method=FedProx(mu=5.0), server_steps=[FedEGG(guiding(), beta=0.5, tau=-0.5)]
+    ).fit()
     hist, prev = records(tmp_path), None
     for rnd, record in enumerate(hist, 1):
         results = rec.results[4 * (rnd - 1) : 4 * rnd]
@@ -203,7 +215,9 @@ def test_tau_is_eq3_of_the_clients_log_cosines_under_w0_and_its_bytes_are_counte
     g = mean_feature(model, guiding().build(f.seed).x).to(torch.float32)  # F travels in float32
     tau_k = [log2_cos(mean_feature(model, c.train.x), g) for c in data.clients]
     assert state["tau_k"] == pytest.approx(tau_k, abs=1e-12)
-    assert state["tau"] == pytest.approx(2 * sum(tau_k) / 4 - 0.5, abs=1e-12) == pytest.approx(threshold(tau_k, 2.0, -0.5))
+    assert (
+        state["tau"] == pytest.approx(2 * sum(tau_k) / 4 - 0.5, abs=1e-12) == pytest.approx(threshold(tau_k, 2.0, -0.5))
+    )
     assert summary["query/fedegg/tau/bytes_up"] == 4 * 8  # one float64 τ_k per client
     assert summary["query/fedegg/tau/bytes_down"] == 4 * (16 * 4 + num_bytes(initial_weights(f, data)))  # F and W₀
 
@@ -224,7 +238,9 @@ def test_remark_form_and_its_undefined_case(tmp_path):
     data = f.data.build(f.seed)
     model = f.model.build(data.input_shape, data.num_classes)
     model.load_state_dict(initial_weights(f, data))
-    clients = torch.stack([mean_feature(model, c.train.x).float().double() for c in data.clients]).mean(0)  # uploads: float32
+    clients = torch.stack([mean_feature(model, c.train.x).float().double() for c in data.clients]).mean(
+        0
+    )  # uploads: float32
     cos = torch.nn.functional.cosine_similarity(clients, mean_feature(model, guiding().build(f.seed).x), dim=0)
     assert tau == pytest.approx(math.log2(2.0 * float(cos) - 0.5), abs=1e-12)  # log₂(ρ · cos(mean_k f̄_k, F) + ι)
     with pytest.raises(ValueError, match="rho \\* cos \\+ iota"):
@@ -237,7 +253,11 @@ def test_serial_and_ray_runs_are_identical(tmp_path, local_ray):
     from flsuite.federation.ray_executor import RayExecutor
 
     fed(tmp_path / "serial", server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
-    fed(tmp_path / "ray", executor=RayExecutor(num_workers=2, keep_workers=True), server_steps=[FedEGG(guiding(), tau=-0.3)]).fit()
+    fed(
+        tmp_path / "ray",
+        executor=RayExecutor(num_workers=2, keep_workers=True),
+        server_steps=[FedEGG(guiding(), tau=-0.3)],
+    ).fit()
     assert (tmp_path / "ray" / "metrics.jsonl").read_bytes() == (tmp_path / "serial" / "metrics.jsonl").read_bytes()
     assert 0 < sum(r["server/fedegg/gate"] for r in records(tmp_path / "serial")) < 4
 
@@ -249,7 +269,9 @@ CIFAR10_MAPPING = Path(__file__).resolve().parents[2] / "configs" / "fedegg" / "
 def test_the_shipped_cifar10_mapping_gives_the_a6_levels():
     mapping = load_mapping(CIFAR10_MAPPING)
     assert list(mapping) == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    assert sum(len(v) for v in mapping.values()) == 40 and len({w for v in mapping.values() for w in v}) == 35  # Table 5
+    assert (
+        sum(len(v) for v in mapping.values()) == 40 and len({w for v in mapping.values() for w in v}) == 35
+    )  # Table 5
     pool = [f"n{i:08d}" for i in range(1000)] + [w for v in mapping.values() for w in v]
     lh = select_classes(mapping, "LH", pool, seed=0)
     assert lh == [v[0] for v in mapping.values()] + [v[1] for v in mapping.values()] and len(set(lh)) == 20
@@ -266,16 +288,24 @@ def test_a_duplicate_falls_through_to_the_next_rank_and_size_keeps_a_seeded_subs
     with pytest.raises(DataError, match="FL class 'b' has fewer than 2 distinct"):
         related_classes({"a": ["x", "y", "z"], "b": ["x", "y", "z"]}, per_class=2)
     kept = select_classes(mapping, "LH", [], seed=3, size=3)
-    assert len(kept) == 3 and set(kept) < {"x", "w", "y", "v"} and kept == select_classes(mapping, "LH", [], seed=3, size=3)
+    assert (
+        len(kept) == 3
+        and set(kept) < {"x", "w", "y", "v"}
+        and kept == select_classes(mapping, "LH", [], seed=3, size=3)
+    )
     with pytest.raises(DataError, match="needs 4 unrelated pool classes, the pool has 2"):
         select_classes(mapping, "HH", ["p", "q", "x"], seed=0)
 
 
 def test_a_guiding_set_relabels_the_chosen_source_classes_in_selection_order(tmp_path):
     path = tmp_path / "map.json"
-    path.write_text(json.dumps({"mapping": {"0": ["near/0", "near/1"], "1": ["near/1", "near/2"], "2": ["near/2", "near/0"]}}))
+    path.write_text(
+        json.dumps({"mapping": {"0": ["near/0", "near/1"], "1": ["near/1", "near/2"], "2": ["near/2", "near/0"]}})
+    )
     near = GaussianFeatures(dim=4, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=50)
-    far = GaussianFeatures(dim=4, num_classes=5, num_domains=1, clients_per_domain=1, samples_per_client=80, class_separation=9.0)
+    far = GaussianFeatures(
+        dim=4, num_classes=5, num_domains=1, clients_per_domain=1, samples_per_client=80, class_separation=9.0
+    )
     sources = {"near": near, "far": far}
     lh = GuidingSet(path, "LH", sources, pool=["far"], per_class=1).build(seed=4)
     assert lh.classes == ("near/0", "near/1", "near/2") and len(lh.clients) == 1
@@ -321,8 +351,13 @@ def test_the_fl_head_is_untouched_by_guiding_and_the_update_ratio_is_the_norms_q
     w0 = initial_weights(f)
     f.fit()
     fed(tmp_path / "off", rounds=1, server_steps=[FedEGG(guiding(), tau=-math.inf)]).fit()
-    guided, aggregated = load_checkpoint(tmp_path / "on").global_weights, load_checkpoint(tmp_path / "off").global_weights
-    assert torch.equal(guided["3.weight"], aggregated["3.weight"]) and torch.equal(guided["3.bias"], aggregated["3.bias"])
+    guided, aggregated = (
+        load_checkpoint(tmp_path / "on").global_weights,
+        load_checkpoint(tmp_path / "off").global_weights,
+    )
+    assert torch.equal(guided["3.weight"], aggregated["3.weight"]) and torch.equal(
+        guided["3.bias"], aggregated["3.bias"]
+    )
     assert not torch.equal(guided["1.weight"], aggregated["1.weight"])
 
     def norm(a, b):
@@ -345,7 +380,9 @@ def test_a_guided_step_lowers_the_guiding_loss_and_its_size_follows_gamma(tmp_pa
     before = step._guiding_loss(model, step._new_head(16, f.seed))  # the head is the fresh one until guiding runs
     ratios = []
     for scale in (1.0, 2.0):
-        fed(tmp_path / str(scale), rounds=1, server_steps=[FedEGG(guiding(), tau=10.0, eval_size=None, lr_scale=scale)]).fit()
+        fed(
+            tmp_path / str(scale), rounds=1, server_steps=[FedEGG(guiding(), tau=10.0, eval_size=None, lr_scale=scale)]
+        ).fit()
         (record,) = records(tmp_path / str(scale))
         assert record["server/fedegg/loss_g"] < before
         ratios.append(record["server/fedegg/update_ratio"])
@@ -353,9 +390,13 @@ def test_a_guided_step_lowers_the_guiding_loss_and_its_size_follows_gamma(tmp_pa
 
 
 def test_gamma_follows_the_local_rate_across_its_drop(tmp_path):
-    local = LocalTraining(epochs=1, batch_size=16, lr=0.05, lr_milestones=[3], lr_gamma=0.1, momentum=0.0, weight_decay=0.0)
+    local = LocalTraining(
+        epochs=1, batch_size=16, lr=0.05, lr_milestones=[3], lr_gamma=0.1, momentum=0.0, weight_decay=0.0
+    )
     fed(tmp_path, rounds=4, local=local, server_steps=[FedEGG(guiding(), tau=10.0, lr_scale=0.5)]).fit()
-    assert [r["server/fedegg/lr"] for r in records(tmp_path)] == pytest.approx([0.025, 0.025, 0.0025, 0.0025], rel=1e-15)
+    assert [r["server/fedegg/lr"] for r in records(tmp_path)] == pytest.approx(
+        [0.025, 0.025, 0.0025, 0.0025], rel=1e-15
+    )
 
 
 class BatchNormMLP(MLP):
@@ -364,14 +405,25 @@ class BatchNormMLP(MLP):
     def build(self, input_shape, num_classes):
         from flsuite.models.heads import SequentialClassifier
 
-        return SequentialClassifier(torch.nn.Flatten(), torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, num_classes))
+        return SequentialClassifier(
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 16),
+            torch.nn.BatchNorm1d(16),
+            torch.nn.ReLU(),
+            torch.nn.Linear(16, num_classes),
+        )
 
 
 @pytest.mark.parametrize("freeze_bn", [False, True])
 def test_freeze_bn_keeps_the_running_statistics_through_guiding(tmp_path, freeze_bn):
     fed(tmp_path / "off", rounds=1, model=BatchNormMLP(), server_steps=[FedEGG(guiding(), tau=-math.inf)]).fit()
-    fed(tmp_path / "on", rounds=1, model=BatchNormMLP(), server_steps=[FedEGG(guiding(), tau=10.0, freeze_bn=freeze_bn)]).fit()
-    aggregated, guided = load_checkpoint(tmp_path / "off").global_weights, load_checkpoint(tmp_path / "on").global_weights
+    fed(
+        tmp_path / "on", rounds=1, model=BatchNormMLP(), server_steps=[FedEGG(guiding(), tau=10.0, freeze_bn=freeze_bn)]
+    ).fit()
+    aggregated, guided = (
+        load_checkpoint(tmp_path / "off").global_weights,
+        load_checkpoint(tmp_path / "on").global_weights,
+    )
     for key in ("2.running_mean", "2.running_var", "2.num_batches_tracked"):
         assert torch.equal(guided[key], aggregated[key]) == freeze_bn, key
     assert not torch.equal(guided["2.weight"], aggregated["2.weight"])  # the affine weights train either way
@@ -382,9 +434,13 @@ def mapped_guiding(tmp_path, level="LH") -> PublicData:
     """A GuidingSet over a related Gaussian source, its FL classes listed in another order than the federation's:
     guiding labels 0, 1, 2 = near/1, near/2, near/0, chosen for FL "2", "0", "1"; an unrelated source for MH."""
     path = tmp_path / "map.json"
-    path.write_text(json.dumps({"fl_classes": ["2", "0", "1"], "mapping": {"2": ["near/1"], "0": ["near/2"], "1": ["near/0"]}}))
+    path.write_text(
+        json.dumps({"fl_classes": ["2", "0", "1"], "mapping": {"2": ["near/1"], "0": ["near/2"], "1": ["near/0"]}})
+    )
     near = GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=90)
-    far = GaussianFeatures(dim=8, num_classes=4, num_domains=1, clients_per_domain=1, samples_per_client=40, class_separation=9.0)
+    far = GaussianFeatures(
+        dim=8, num_classes=4, num_domains=1, clients_per_domain=1, samples_per_client=40, class_separation=9.0
+    )
     return PublicData(GuidingSet(path, level, {"near": near, "far": far}, pool=["far"], per_class=1))
 
 
@@ -397,14 +453,20 @@ def test_a_guiding_set_records_the_fl_class_each_guiding_class_was_chosen_for(tm
     assert fl_labels(lh, ("2", "1", "0")).tolist() == [0, 2, 1]  # by name, not position
     with pytest.raises(DataError, match=r"guiding classes \['far/\d', 'far/\d'\] were chosen for no FL class"):
         fl_labels(mh, ("0", "1", "2"))
-    with pytest.raises(DataError, match=r"FL classes \['0', '1', '2'\] are not classes of the federation's data \['a', 'b', 'c'\]"):
+    with pytest.raises(
+        DataError, match=r"FL classes \['0', '1', '2'\] are not classes of the federation's data \['a', 'b', 'c'\]"
+    ):
         fl_labels(lh, ("a", "b", "c"))
     with pytest.raises(DataError, match="does not say which FL class each guiding class stands for"):
         fl_labels(guiding().source.build(0), ("0", "1", "2"))
 
 
 def test_shared_head_trains_the_fl_head_on_the_mapped_labels(tmp_path):
-    f = fed(tmp_path / "shared", rounds=1, server_steps=[FedEGG(mapped_guiding(tmp_path), tau=10.0, shared_head=True, eval_size=None)])
+    f = fed(
+        tmp_path / "shared",
+        rounds=1,
+        server_steps=[FedEGG(mapped_guiding(tmp_path), tau=10.0, shared_head=True, eval_size=None)],
+    )
     f.fit()
     fed(tmp_path / "off", rounds=1, server_steps=[FedEGG(mapped_guiding(tmp_path), tau=-math.inf)]).fit()
     shared, aggregated = load_checkpoint(tmp_path / "shared"), load_checkpoint(tmp_path / "off").global_weights

@@ -44,7 +44,11 @@ def metrics(run_dir) -> list[dict]:
     ("model", "zero", "nonzero"),
     [
         (Linear(), FedGen(alpha=0.0, beta=0.0), FedGen()),
-        (FedSRModel(**SR_MODEL), FedSR(l2r=0.0, cmi=0.0, reference="averaged", weighting="samples"), FedSR(l2r=0.1, cmi=0.05)),
+        (
+            FedSRModel(**SR_MODEL),
+            FedSR(l2r=0.0, cmi=0.0, reference="averaged", weighting="samples"),
+            FedSR(l2r=0.1, cmi=0.05),
+        ),
     ],
     ids=["fedgen", "fedsr"],
 )
@@ -76,7 +80,10 @@ def test_fedsr_client_loss_matches_hand_computation():
     torch.manual_seed(4)
     mu, sigma = model.encode(x)
     z = mu + sigma * torch.randn_like(mu)
-    kl = kl_divergence(Independent(Normal(1.5 * mu, 1.5 * sigma), 1), Independent(Normal(model.r_mu[y], F.softplus(model.r_sigma)[y]), 1))
+    kl = kl_divergence(
+        Independent(Normal(1.5 * mu, 1.5 * sigma), 1),
+        Independent(Normal(model.r_mu[y], F.softplus(model.r_sigma)[y]), 1),
+    )
     ce = F.cross_entropy(model.fc(z), y)
     expected = ce + 0.2 * z.norm(dim=1).mean() + 0.3 * kl.mean()
     assert torch.allclose(loss, expected, rtol=1e-5)
@@ -88,7 +95,12 @@ def test_fedsr_client_loss_matches_hand_computation():
 def test_fedsr_cmi_needs_the_reference_gaussians():
     from flsuite.models.probabilistic import ProbabilisticEncoder
 
-    client = FedSRClient(ProbabilisticEncoder(**SR_MODEL).build((6,), 3), FedSR().client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedSRClient(
+        ProbabilisticEncoder(**SR_MODEL).build((6,), 3),
+        FedSR().client_settings(),
+        LocalTraining(),
+        ClientTask(1, 0, 0, {}),
+    )
     with pytest.raises(TypeError, match="FedSRModel"):
         client.begin()
 
@@ -110,7 +122,9 @@ def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
     they are not in the upload, not averaged, not in what a client receives (the global weights keep W₀'s values,
     which no task carries) and not counted in bytes_up / bytes_down; round 2 starts from the client's round-1 own."""
     executor = RecordingTasks()
-    head_federation(tmp_path, rounds=2, model=FedSRModel(**SR_MODEL), method=FedSR(l2r=0.1, cmi=0.05), executor=executor).fit()
+    head_federation(
+        tmp_path, rounds=2, model=FedSRModel(**SR_MODEL), method=FedSR(l2r=0.1, cmi=0.05), executor=executor
+    ).fit()
     initial = {"r_mu": torch.zeros(3, 8), "r_sigma": torch.ones(3, 8), "C": torch.ones(())}
     round1, round2 = executor.results[:4], executor.results[4:]
     for r in executor.results:
@@ -120,14 +134,18 @@ def test_fedsr_reference_gaussians_stay_with_each_client(tmp_path):
         assert all(not torch.allclose(o, initial[k]) for o in own)
         assert all(not torch.allclose(own[i], own[j]) for i in range(4) for j in range(i))
     for task in executor.tasks:
-        assert not set(REFERENCE) & (set(task.global_weights) | set(task.held))  # kept on the client: nothing travels down
+        assert not set(REFERENCE) & (
+            set(task.global_weights) | set(task.held)
+        )  # kept on the client: nothing travels down
     previous = {r.client_id: r.state["reference"] for r in round1}
     for task in executor.tasks[4:]:
         assert same(task.state["reference"], previous[task.client_id])
     task = executor.tasks[4]
     model = FedSRModel(**SR_MODEL).build((8,), 3)
     load_task_weights(model, task, Transport(kept=FedSR().kept_on_client()))  # the model's own r_μ, r_σ, C stay
-    FedSRClient(model, FedSR().client_settings(), LocalTraining(), task).begin()  # the client trains from its own, not the download
+    FedSRClient(
+        model, FedSR().client_settings(), LocalTraining(), task
+    ).begin()  # the client trains from its own, not the download
     assert same({k: v.detach() for k, v in model.state_dict().items() if k in REFERENCE}, previous[task.client_id])
     assert not same(round2[0].state["reference"], round1[0].state["reference"])  # trained on in round 2
     final = load_checkpoint(tmp_path).global_weights
@@ -160,7 +178,8 @@ def test_fedsr_aggregates_uniformly_by_default():
 
 
 def test_fedsr_evaluation_with_one_sample_is_the_deterministic_forward_at_the_mean():
-    """eval_samples = 1: in eval mode the stochastic model is head(μ), the deterministic encoder's forward to the bit."""
+    """eval_samples = 1: in eval mode the stochastic model is head(μ), the deterministic encoder's forward to the
+    bit."""
     torch.manual_seed(0)
     model = FedSRModel(**SR_MODEL, eval_samples=1).build((6,), 3)
     deterministic = FedSRModel(**SR_MODEL, stochastic=False).build((6,), 3)
@@ -200,7 +219,9 @@ def test_fedgen_client_loss_matches_hand_computation():
     model = Linear().build((8,), 3)
     gen = build_generator(3, 8, 4, 16, seed=1).eval()
     method = FedGen(alpha=2.0, beta=3.0, decay=0.9, noise_dim=4, hidden=16)
-    client = FedGenClient(model, method.client_settings(), LocalTraining(), ClientTask(3, 0, 0, {}, {"generator": gen.state_dict()}))
+    client = FedGenClient(
+        model, method.client_settings(), LocalTraining(), ClientTask(3, 0, 0, {}, {"generator": gen.state_dict()})
+    )
     client.begin()
     x, y = torch.randn(5, 8), torch.tensor([0, 1, 2, 0, 0])
     torch.manual_seed(2)
@@ -212,10 +233,14 @@ def test_fedgen_client_loss_matches_hand_computation():
     z_gen = gen(y_gen, torch.rand(5, 4))
     p, logq = F.softmax(model.head(z_y), 1), F.log_softmax(model(x), 1)
     latent = (p * (p.log() - logq)).sum(1).mean()
-    expected = F.cross_entropy(model(x), y) + 2.0 * 0.81 * F.cross_entropy(model.head(z_gen), y_gen) + 3.0 * 0.81 * latent
+    expected = (
+        F.cross_entropy(model(x), y) + 2.0 * 0.81 * F.cross_entropy(model.head(z_gen), y_gen) + 3.0 * 0.81 * latent
+    )
     assert torch.allclose(loss, expected, rtol=1e-5)
     assert decayed(10.0, 0.98, 1) == 10.0 and decayed(1.0, 0.5, 100) == 1e-4 and decayed(0.0, 0.98, 5) == 0.0
-    assert torch.equal(client.upload(FitStatistics())["label_counts"], torch.tensor([4, 2, 2]))  # count_start 1 + the batch's labels
+    assert torch.equal(
+        client.upload(FitStatistics())["label_counts"], torch.tensor([4, 2, 2])
+    )  # count_start 1 + the batch's labels
 
 
 def test_fedgen_per_label_weights_and_every_head_counts():
@@ -234,25 +259,38 @@ def test_fedgen_per_label_weights_and_every_head_counts():
         heads = [(torch.randn(3, 8, generator=g), torch.zeros(3)) for _ in counts]
         if move is not None:
             heads[1] = (heads[1][0] + move[0], heads[1][1] + move[1])
-        results = [ClientResult(k, int(c.sum()), {"1.weight": w, "1.bias": b}, {"label_counts": c}) for k, (c, (w, b)) in enumerate(zip(counts, heads))]
+        results = [
+            ClientResult(k, int(c.sum()), {"1.weight": w, "1.bias": b}, {"label_counts": c})
+            for k, (c, (w, b)) in enumerate(zip(counts, heads))
+        ]
         return RoundServer(2, seed=5, results=results, num_clients=2, build_model=lambda: spec.build((8,), 3))
 
     c0 = ctx()
     assert torch.allclose(method.ensemble_coefficients(c0.results), torch.tensor([[0.75, 0.0, 0.0], [0.25, 1.0, 0.0]]))
     assert method.generator_labels(c0.results).tolist() == [0, 1]
     # G's first-round initial weights (train_generator draws them from the server stream's "generator/init" seed)
-    init = {k: p.detach() for k, p in build_generator(3, 8, method.noise_dim, method.hidden, seed=c0.seed_for("generator/init")).named_parameters()}
+    init = {
+        k: p.detach()
+        for k, p in build_generator(
+            3, 8, method.noise_dim, method.hidden, seed=c0.seed_for("generator/init")
+        ).named_parameters()
+    }
     ref = method.train_generator(ctx(), {})[0]["generator"]
     # A class-dependent move (seeded ΔW, Δb = (1, −1, 0)) changes client 1's softmax. Adding one constant to all of W
     # would not: every class's logit moves by the same amount, and the two updates differ by rounding only.
     d = torch.Generator().manual_seed(2)
-    out = method.train_generator(ctx((torch.randn(3, 8, generator=d), torch.tensor([1.0, -1.0, 0.0]))), {})[0]["generator"]
+    out = method.train_generator(ctx((torch.randn(3, 8, generator=d), torch.tensor([1.0, -1.0, 0.0]))), {})[0][
+        "generator"
+    ]
     step = torch.cat([(ref[k] - init[k]).flatten() for k in init])  # the update of G's parameters (BN statistics aside)
     moved = torch.cat([(out[k] - ref[k]).flatten() for k in init])
     # Measured (CPU): ‖moved‖ / ‖step‖ ≈ 0.69 here, ≈ 2e-5 (rounding) for the uniform +0.5 shift, exactly 0 with
     # client 1's head left out of the ensemble; the bound 1e-2 is 500× that rounding level and 1/70 of the move's.
     ratio = float(moved.norm() / step.norm())
-    assert ratio > 1e-2, f"moving client 1's head changed G's update by {ratio:.2e} of it (‖update‖ {float(step.norm()):.3e}): is its head ignored?"
+    assert ratio > 1e-2, (
+        f"moving client 1's head changed G's update by {ratio:.2e} of it (‖update‖ {float(step.norm()):.3e}): "
+        "is its head ignored?"
+    )
 
 
 def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
@@ -262,7 +300,9 @@ def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
     fed = head_federation(tmp_path / "unused")
     data = fed.data.build(fed.seed)
     for r in executor.results:
-        assert torch.equal(r.upload["label_counts"], 1 + 2 * torch.bincount(data.clients[r.client_id].train.y, minlength=3))
+        assert torch.equal(
+            r.upload["label_counts"], 1 + 2 * torch.bincount(data.clients[r.client_id].train.y, minlength=3)
+        )
     r1, r2 = metrics(tmp_path)
     state = load_checkpoint(tmp_path).server_state
     assert r2["bytes_down"] - r1["bytes_down"] == 4 * num_bytes(state["generator"])
@@ -270,8 +310,13 @@ def test_fedgen_uploads_label_counts_and_downloads_the_generator(tmp_path):
 
 
 def _zero_head_context(round: int, counts: list[torch.Tensor]) -> RoundServer:
-    results = [ClientResult(k, int(c.sum()), {"1.weight": torch.zeros(3, 8), "1.bias": torch.zeros(3)}, {"label_counts": c}) for k, c in enumerate(counts)]
-    return RoundServer(round, seed=5, results=results, num_clients=len(counts), build_model=lambda: Linear().build((8,), 3))
+    results = [
+        ClientResult(k, int(c.sum()), {"1.weight": torch.zeros(3, 8), "1.bias": torch.zeros(3)}, {"label_counts": c})
+        for k, c in enumerate(counts)
+    ]
+    return RoundServer(
+        round, seed=5, results=results, num_clients=len(counts), build_model=lambda: Linear().build((8,), 3)
+    )
 
 
 def test_fedgen_generator_weight_decay_and_rate_decay_as_the_official_optimizer():
@@ -282,14 +327,19 @@ def test_fedgen_generator_weight_decay_and_rate_decay_as_the_official_optimizer(
     method.setup(Linear().build((8,), 3), 2)
     counts = [torch.tensor([3, 2, 1]), torch.tensor([1, 4, 2])]
     first, _ = method.train_generator(_zero_head_context(1, counts), {})
-    assert first["optimizer"]["param_groups"][0]["lr"] == 3e-4 and first["optimizer"]["param_groups"][0]["weight_decay"] == 1e-2
+    assert (
+        first["optimizer"]["param_groups"][0]["lr"] == 3e-4
+        and first["optimizer"]["param_groups"][0]["weight_decay"] == 1e-2
+    )
     third, _ = method.train_generator(_zero_head_context(3, counts), first)
     lr3 = 3e-4 * 0.98**2
     assert third["optimizer"]["param_groups"][0]["lr"] == pytest.approx(lr3, rel=1e-12)
     w_before, w_after = first["generator"]["net.0.weight"], third["generator"]["net.0.weight"]
     # Adam's second step on g = wd·w (w moved by 3e-4 only): m̂/sqrt(v̂) = sign(w) up to ~1e-2 relative, away from 0
     away = w_before.abs() > 1e-2
-    assert away.sum() > 90 and torch.allclose(w_after[away], (w_before - lr3 * torch.sign(w_before))[away], rtol=0, atol=lr3 * 1e-2)
+    assert away.sum() > 90 and torch.allclose(
+        w_after[away], (w_before - lr3 * torch.sign(w_before))[away], rtol=0, atol=lr3 * 1e-2
+    )
     still = FedGen(diversity=0.0, generator_steps=1, noise_dim=4, hidden=16, generator_weight_decay=0.0)
     still.setup(Linear().build((8,), 3), 2)
     a, _ = still.train_generator(_zero_head_context(1, counts), {})
@@ -307,12 +357,19 @@ def test_fedgen_counts_start_at_one_and_the_server_draws_only_counted_labels():
     assert official.generator_labels(_zero_head_context(1, ones).results).tolist() == [0, 1]
     zeros = [c - 1 for c in ones]
     assert plain.generator_labels(_zero_head_context(1, zeros).results).tolist() == [0, 1]
-    assert torch.allclose(official.ensemble_coefficients(_zero_head_context(1, ones).results), torch.tensor([[0.8, 0.25, 0.5], [0.2, 0.75, 0.5]]))
+    assert torch.allclose(
+        official.ensemble_coefficients(_zero_head_context(1, ones).results),
+        torch.tensor([[0.8, 0.25, 0.5], [0.2, 0.75, 0.5]]),
+    )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"generator_lr_decay": 0.0}, "generator_lr_decay"), ({"generator_weight_decay": -1.0}, "generator_weight_decay"), ({"count_start": -1}, "count_start")],
+    [
+        ({"generator_lr_decay": 0.0}, "generator_lr_decay"),
+        ({"generator_weight_decay": -1.0}, "generator_weight_decay"),
+        ({"count_start": -1}, "count_start"),
+    ],
 )
 def test_fedgen_refuses_bad_official_options(kwargs, message):
     with pytest.raises(ValueError, match=message):

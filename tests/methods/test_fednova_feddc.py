@@ -27,7 +27,9 @@ class Uneven(DataSource):
     """GaussianFeatures whose client k keeps 20 + 25k samples: unequal local step counts."""
 
     def build(self, seed: int) -> FederatedData:
-        data = GaussianFeatures(dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=100, test_per_domain=60).build(seed)
+        data = GaussianFeatures(
+            dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=100, test_per_domain=60
+        ).build(seed)
         clients = [ClientData(k, c.domain, c.train.subset(range(20 + 25 * k))) for k, c in enumerate(data.clients)]
         return FederatedData(clients, data.test, data.num_classes)
 
@@ -75,7 +77,9 @@ def test_fednova_uneven_clients_upload_their_effective_steps_and_the_server_norm
     got = load_checkpoint(tmp_path).global_weights
     for name in ("1.weight", "1.bias"):
         x64 = x[name].double()
-        expected = x64 - tau_eff * sum(pk * (x64 - r.weights[name].double()) / ak for pk, ak, r in zip(p, a, rec.results))
+        expected = x64 - tau_eff * sum(
+            pk * (x64 - r.weights[name].double()) / ak for pk, ak, r in zip(p, a, rec.results)
+        )
         torch.testing.assert_close(got[name], expected.float(), rtol=0, atol=1e-6)
         fedavg = sum(pk * r.weights[name] for pk, r in zip(p, rec.results))
         assert not torch.allclose(got[name], fedavg, atol=1e-4)  # unequal steps: not FedAvg
@@ -96,8 +100,12 @@ def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path, drift_
     round's rate (`drift_lr: current`)."""
     rec = Recording()
     alpha = 0.1
-    local = LocalTraining(epochs=2, batch_size=16, lr=0.05, lr_milestones=[2], lr_gamma=0.1, momentum=0.0, weight_decay=0.0)
-    fed = head_federation(tmp_path, rounds=2, local=local, method=FedDC(alpha=alpha, drift_lr=drift_lr), executor=rec, checkpoint_every=1)
+    local = LocalTraining(
+        epochs=2, batch_size=16, lr=0.05, lr_milestones=[2], lr_gamma=0.1, momentum=0.0, weight_decay=0.0
+    )
+    fed = head_federation(
+        tmp_path, rounds=2, local=local, method=FedDC(alpha=alpha, drift_lr=drift_lr), executor=rec, checkpoint_every=1
+    )
     w = {k: v.double() for k, v in initial_weights(fed).items()}
     fed.fit()
     names, N = ("1.weight", "1.bias"), 4
@@ -133,11 +141,14 @@ def test_feddc_states_and_server_update_by_hand_over_two_rounds(tmp_path, drift_
 
 @pytest.mark.parametrize("clip_norm", [1e-2, None])
 def test_feddc_clips_each_step_gradient_to_clip_norm(tmp_path, clip_norm):
-    """One round-1 step from w (h_k = 0: the drift penalty's gradient is 0 there): θ_k − w = −η · g, with ‖g‖ clipped
-    to `clip_norm` (official max_norm) or, unclipped, the cross-entropy gradient's norm (far above 1e-2; float32 weights: rtol 1e-3)."""
+    """One round-1 step from w (h_k = 0: the drift penalty's gradient is 0 there): θ_k − w = −η · g, with ‖g‖ clipped to
+    `clip_norm` (official max_norm) or, unclipped, the cross-entropy gradient's norm (far above 1e-2; float32 weights:
+    rtol 1e-3)."""
     rec = Recording()
     one_step = LocalTraining(steps=1, batch_size=16, lr=0.05, momentum=0.0, weight_decay=0.0)
-    fed = head_federation(tmp_path, rounds=1, local=one_step, method=FedDC(alpha=0.1, clip_norm=clip_norm), executor=rec)
+    fed = head_federation(
+        tmp_path, rounds=1, local=one_step, method=FedDC(alpha=0.1, clip_norm=clip_norm), executor=rec
+    )
     w = initial_weights(fed)
     fed.fit()
     for r in rec.results:

@@ -26,7 +26,9 @@ def without_bytes(rows):
 
 
 def result(k, protos, has):
-    return ClientResult(k, 10, {}, upload={"protos": torch.tensor(protos, dtype=torch.float32), "has": torch.tensor(has)})
+    return ClientResult(
+        k, 10, {}, upload={"protos": torch.tensor(protos, dtype=torch.float32), "has": torch.tensor(has)}
+    )
 
 
 # ---- FedProc -----------------------------------------------------------------------------------------------------
@@ -38,7 +40,9 @@ def test_fedproc_prototype_contrastive_loss_by_hand():
     # sample 0: cos = (1, 0) → −log(e/(e+1)); sample 1: cos = (1/√2, 1/√2) → log 2; sample 2: no prototype, counts in B
     want = (math.log(1 + math.exp(-1)) + math.log(2)) / 3
     assert float(prototype_contrastive_loss(z, y, protos, has)) == pytest.approx(want, rel=1e-6)
-    assert float(prototype_contrastive_loss(z[:1], y[:1], protos, has, tau=0.5)) == pytest.approx(math.log(1 + math.exp(-2)), rel=1e-6)
+    assert float(prototype_contrastive_loss(z[:1], y[:1], protos, has, tau=0.5)) == pytest.approx(
+        math.log(1 + math.exp(-2)), rel=1e-6
+    )
 
 
 def test_fedproc_alpha_decays_from_one_to_zero_over_the_schedule():

@@ -30,7 +30,15 @@ class PlantedSubspaces(DataSource):
     """Each domain's inputs lie (up to 1e-3 noise) in its own random r-dim subspace of R^D; classes differ in their
     coefficients. 3 domains × 2 clients, or `clients_per_domain` as a list of counts (one domain each)."""
 
-    def __init__(self, dim: int = 16, rank: int = 3, domains: int = 3, clients_per_domain: int | list[int] = 2, n: int = 30, classes: int = 3) -> None:
+    def __init__(
+        self,
+        dim: int = 16,
+        rank: int = 3,
+        domains: int = 3,
+        clients_per_domain: int | list[int] = 2,
+        n: int = 30,
+        classes: int = 3,
+    ) -> None:
         self.cpd = [clients_per_domain] * domains if isinstance(clients_per_domain, int) else list(clients_per_domain)
         self.dim, self.rank, self.domains, self.n, self.classes = dim, rank, len(self.cpd), n, classes
 
@@ -55,7 +63,9 @@ class PlantedSubspaces(DataSource):
 def fkpl_federation(run_dir, **method_kw):
     kw = {"threshold": 10.0, "basis": 3, "head_epochs": 3, "head_batch_size": 16, "virtual_per_sample": 2}
     kw.update(method_kw)
-    return head_federation(run_dir, data=PlantedSubspaces(), model=MLP(hidden=(8,)), rounds=2, method=FKPL(**kw), local=_local())
+    return head_federation(
+        run_dir, data=PlantedSubspaces(), model=MLP(hidden=(8,)), rounds=2, method=FKPL(**kw), local=_local()
+    )
 
 
 def _local():
@@ -126,7 +136,9 @@ def test_stage0_logs_the_angle_heatmap_the_clusters_and_their_purity(tmp_path):
 # ---- Stage I -----------------------------------------------------------------------------------------------------
 def test_stage1_with_one_cluster_is_plain_fedavg_bit_for_bit(tmp_path):
     fkpl_federation(tmp_path / "fkpl", assignment="single", head_epochs=1).fit()
-    head_federation(tmp_path / "fedavg", data=PlantedSubspaces(), model=MLP(hidden=(8,)), rounds=2, method=FedAvg(), local=_local()).fit()
+    head_federation(
+        tmp_path / "fedavg", data=PlantedSubspaces(), model=MLP(hidden=(8,)), rounds=2, method=FedAvg(), local=_local()
+    ).fit()
     experts = [r for r in records(tmp_path / "fkpl") if r.get("phase") == "experts/expert0"]
     stripped = [{k.removeprefix("expert0/"): v for k, v in r.items() if k != "phase"} for r in experts]
     assert stripped == records(tmp_path / "fedavg")
@@ -168,18 +180,28 @@ def test_mixing_bounds_1_1_make_virtual_features_equal_the_real_features():
     data, model, _ = _concat()
     client = data.clients[2]
     protos = torch.randn(2, 3, 8)
-    bc = {"protos": protos.reshape(6, 8), "has": torch.ones(2, 3, dtype=torch.bool), "cluster": torch.tensor([0, 0, 1, 1, 0, 1])}
+    bc = {
+        "protos": protos.reshape(6, 8),
+        "has": torch.ones(2, 3, dtype=torch.bool),
+        "cluster": torch.tensor([0, 0, 1, 1, 0, 1]),
+    }
     real = encode(model, client.train.x)
     up = calibrate.VirtualFeatureQuery(1.0, 1.0, "feature", "one", 2).compute(client, QueryTask(2, 5, None, bc), model)
     assert torch.equal(up["features"], torch.cat([real, real])) and torch.equal(up["labels"], client.train.y.repeat(2))
     assert set(up) == {"features", "labels"}
     # (0, 0) gives the prototypes; partner "other" takes them from the other cluster (client 2 is in cluster 1)
-    other = calibrate.VirtualFeatureQuery(0.0, 0.0, "feature", "other", 1).compute(client, QueryTask(2, 5, None, bc), model)
+    other = calibrate.VirtualFeatureQuery(0.0, 0.0, "feature", "other", 1).compute(
+        client, QueryTask(2, 5, None, bc), model
+    )
     assert torch.equal(other["features"], protos[0, client.train.y])
     # the official form weights the prototype: λ = 0 keeps the real feature
-    official = calibrate.VirtualFeatureQuery(0.0, 0.0, "prototype", "one", 1).compute(client, QueryTask(2, 5, None, bc), model)
+    official = calibrate.VirtualFeatureQuery(0.0, 0.0, "prototype", "one", 1).compute(
+        client, QueryTask(2, 5, None, bc), model
+    )
     assert torch.equal(official["features"], real)
-    mixed = calibrate.VirtualFeatureQuery(0.5, 0.5, "feature", "other", 1).compute(client, QueryTask(2, 5, None, bc), model)
+    mixed = calibrate.VirtualFeatureQuery(0.5, 0.5, "feature", "other", 1).compute(
+        client, QueryTask(2, 5, None, bc), model
+    )
     torch.testing.assert_close(mixed["features"], 0.5 * real + 0.5 * protos[0, client.train.y])
 
 
@@ -206,7 +228,9 @@ def test_only_prototypes_and_virtual_features_leave_a_client_in_stage2(tmp_path)
     last = records(tmp_path)[-1]
     assert last["phase"] == "calibrate" and last["stage2/scalars_up/virtual_features"] == 2 * samples * d_v
     assert last["stage2/bytes_up"] == summary["query/fkpl/prototypes/bytes_up"] + summary["query/fkpl/virtual/bytes_up"]
-    assert summary["fkpl/stage2/bytes_up"] == last["stage2/bytes_up"] and summary["fkpl/stage0/bytes_up"] > 0  # Table 9 in summary.json
+    assert (
+        summary["fkpl/stage2/bytes_up"] == last["stage2/bytes_up"] and summary["fkpl/stage0/bytes_up"] > 0
+    )  # Table 9 in summary.json
     assert summary["last5/acc_mean"] == last["acc_mean"] and "acc_std_sample" in last
     setup = json.loads((tmp_path / "setup.json").read_text())
     assert setup["fkpl/stage0/bytes_up"] == 6 * 16 * 3 * 4 and setup["fkpl/stage2/time/head_fit_s"] > 0
@@ -219,7 +243,9 @@ def test_the_federated_head_control_trains_only_the_head_over_frozen_experts(tmp
     assert [r["head/bytes_up"] for r in rows] == [6 * head_bytes] * 2
     assert summary["last/acc_mean"] == rows[-1]["head/acc_mean"]
     state = load_checkpoint(tmp_path)
-    enc = encoder_weights([state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3)))
+    enc = encoder_weights(
+        [state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3))
+    )
     final = state.outputs["calibrate/head"]["weights"]
     assert all(torch.equal(final[k], enc[k]) for k in enc)  # F unchanged by the federated rounds
 
@@ -238,7 +264,12 @@ def test_a_kill_in_each_stage_resumes_to_the_uninterrupted_run(tmp_path, monkeyp
     server stored its reduction (its bytes must not count twice), inside the virtual-feature exchange, and in the
     server head's fit."""
     fired: list[str] = []
-    real_cluster, real_round, real_fit, real_compute = clustering.cluster, Rounds._round, calibrate.fit_head, calibrate.VirtualFeatureQuery.compute
+    real_cluster, real_round, real_fit, real_compute = (
+        clustering.cluster,
+        Rounds._round,
+        calibrate.fit_head,
+        calibrate.VirtualFeatureQuery.compute,
+    )
     real_protos = calibrate.domain_prototypes
 
     def trip(name):

@@ -44,12 +44,33 @@ OLD_NAMES = {
     },
     "flsuite.methods.fkpl_cluster": {
         settings: ["Angle", "Linkage"],
-        cluster: ["principal_angle", "angle_matrix", "cluster", "weighted_linkage", "members", "purity", "threshold_scan", "default_scan", "plot_angles"],
+        cluster: [
+            "principal_angle",
+            "angle_matrix",
+            "cluster",
+            "weighted_linkage",
+            "members",
+            "purity",
+            "threshold_scan",
+            "default_scan",
+            "plot_angles",
+        ],
     },
-    "flsuite.methods.fkpl_model": {model: ["head_keys", "encoder_weights", "ConcatModel", "SeededInit", "ConcatExperts", "encode"]},
+    "flsuite.methods.fkpl_model": {
+        model: ["head_keys", "encoder_weights", "ConcatModel", "SeededInit", "ConcatExperts", "encode"]
+    },
     "flsuite.methods.fkpl_subspace": {
         settings: ["ClassBudget"],
-        subspace: ["CROP_PADDING", "subspace_basis", "round_to_budget", "class_budget", "stage0_inputs", "SubspaceBasis", "client_basis", "client_bases"],
+        subspace: [
+            "CROP_PADDING",
+            "subspace_basis",
+            "round_to_budget",
+            "class_budget",
+            "stage0_inputs",
+            "SubspaceBasis",
+            "client_basis",
+            "client_bases",
+        ],
     },
 }
 
@@ -63,7 +84,12 @@ def test_every_option_of_fkpl_belongs_to_exactly_one_stage_with_the_same_default
     for stage, attr in zip(STAGES, ("stage0", "stage1", "stage2"), strict=True):
         assert getattr(built, attr) == stage() and all(getattr(stage(), k) == options[k] for k in stage.keys())
     given = FKPL(threshold=2.0, expert_rounds=3, partner="all", stage0_size=32)
-    assert (given.stage0.threshold, given.stage1.expert_rounds, given.stage2.partner, given.stage0.stage0_size) == (2.0, 3, "all", 32)
+    assert (given.stage0.threshold, given.stage1.expert_rounds, given.stage2.partner, given.stage0.stage0_size) == (
+        2.0,
+        3,
+        "all",
+        32,
+    )
 
 
 BAD = [
@@ -100,7 +126,9 @@ def test_each_check_names_the_stage_the_key_the_value_and_what_was_expected(give
 
 
 def test_a_stage_names_every_bad_value_at_once():
-    with pytest.raises(ValueError, match=r"^FKPL Stage 0 settings: threshold must be >= 0, got -1; basis must be >= 1, got 0$"):
+    with pytest.raises(
+        ValueError, match=r"^FKPL Stage 0 settings: threshold must be >= 0, got -1; basis must be >= 1, got 0$"
+    ):
         ClusterSettings(threshold=-1, basis=0)
 
 
@@ -160,12 +188,18 @@ def test_the_cost_table_puts_counts_in_the_record_and_times_in_the_timing_under_
         records.FKPL_HEAD_FIT_SECONDS,
     ]
     setup = table.setup()
-    assert list(setup)[:4] == [f"fkpl/{k}" for k in ("stage0/bytes_up", "stage0/scalars_up", "stage0/time/preprocess_s", "stage0/time/cluster_s")]
+    assert list(setup)[:4] == [
+        f"fkpl/{k}"
+        for k in ("stage0/bytes_up", "stage0/scalars_up", "stage0/time/preprocess_s", "stage0/time/cluster_s")
+    ]
     assert set(setup) == {f"fkpl/{k}" for k in [*table.counts(), *table.times()]}
     assert {*records.FKPL_STAGE_BYTES_UP, *records.FKPL_STAGE_BYTES_DOWN, *records.FKPL_STAGE_SECONDS} <= set(setup)
     record = records.record(1, {"acc_mean": 50.0}, table.counts(), phase="calibrate")
     assert costs.cost_summary(record) == {f"fkpl/{k}": v for k, v in table.counts().items()}
-    assert list(_table(calibration=False).setup())[-2:] == ["fkpl/stage2/encoder_bytes_down", "fkpl/stage2/encoder_scalars_down"]
+    assert list(_table(calibration=False).setup())[-2:] == [
+        "fkpl/stage2/encoder_bytes_down",
+        "fkpl/stage2/encoder_scalars_down",
+    ]
 
 
 def test_stage0s_cost_round_trips_through_its_record_and_timing():
@@ -203,7 +237,11 @@ def test_the_old_methods_base_path_is_the_engines_contract_and_warns(monkeypatch
     monkeypatch.delitem(sys.modules, "flsuite.methods.base", raising=False)
     with pytest.warns(DeprecationWarning, match=r"^flsuite\.methods\.base is now flsuite\.federation\.method;"):
         module = importlib.import_module("flsuite.methods.base")
-    assert [getattr(module, n) for n in ("ClientModule", "HyperParameters", "Method")] == [method.ClientModule, method.HyperParameters, method.Method]
+    assert [getattr(module, n) for n in ("ClientModule", "HyperParameters", "Method")] == [
+        method.ClientModule,
+        method.HyperParameters,
+        method.Method,
+    ]
 
 
 def test_fkpls_class_path_is_the_packages_and_configs_may_name_an_old_path():
@@ -214,6 +252,13 @@ def test_fkpls_class_path_is_the_packages_and_configs_may_name_an_old_path():
     with pytest.warns(DeprecationWarning):  # a config that names an old module path (warned where it is imported)
         sys.modules.pop("flsuite.methods.fkpl_model", None)
         cfg = parser.parse_args(
-            ["--model", "flsuite.methods.fkpl_model.ConcatExperts", "--model.expert", "flsuite.models.heads.MLP", "--model.num_experts", "2"]
+            [
+                "--model",
+                "flsuite.methods.fkpl_model.ConcatExperts",
+                "--model.expert",
+                "flsuite.models.heads.MLP",
+                "--model.num_experts",
+                "2",
+            ]
         )
     assert type(parser.instantiate_classes(cfg).model) is model.ConcatExperts

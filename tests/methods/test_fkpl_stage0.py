@@ -57,7 +57,9 @@ def test_stage0_augmentation_is_the_official_pad_crop_flip_before_the_normalisat
     for n in range(len(x)):  # torchvision's RandomCrop(8, padding=4, fill 0) + RandomHorizontalFlip, then Normalize
         padded = TF.pad(x[n], [p, p, p, p], fill=0.0)
         crops = {(i, j): TF.crop(padded, i, j, 8, 8) for i in range(2 * p + 1) for j in range(2 * p + 1)}
-        candidates = {(i, j, f): TF.horizontal_flip(c) if f else c for (i, j), c in crops.items() for f in (False, True)}
+        candidates = {
+            (i, j, f): TF.horizontal_flip(c) if f else c for (i, j), c in crops.items() for f in (False, True)
+        }
         hits = [key for key, c in candidates.items() if torch.allclose(out[n], (c - MEAN) / STD, atol=1e-5)]
         assert len(hits) == 1, n
         seen.add(hits[0])
@@ -80,8 +82,14 @@ def test_the_official_stage0_on_a_tiny_set_gives_the_hand_computed_angle_matrix(
     r = -0.7 * e[10] + math.sqrt(0.51) * e[4]  # its largest entry positive, so its sign stays; r·e10 = −0.7
     # each class's normalised samples are orthogonal, so its left singular vectors are their directions (by norm)
     clients = [
-        ([0.4 * e[0], 0.3 * e[7], 0.2 * e[8], 0.1 * e[9], 0.3 * e[5], 0.3 * e[6]], [0, 0, 0, 0, 1, 2]),  # budget (10, 0, 0): U = [e0 e7 e8 e9]
-        ([0.4 * v, 0.2 * e[10], 0.4 * e[2], 0.2 * e[11]], [0, 0, 1, 1]),  # budget (5, 5), rank 2 each: U = [v e10 e2 e11]
+        (
+            [0.4 * e[0], 0.3 * e[7], 0.2 * e[8], 0.1 * e[9], 0.3 * e[5], 0.3 * e[6]],
+            [0, 0, 0, 0, 1, 2],
+        ),  # budget (10, 0, 0): U = [e0 e7 e8 e9]
+        (
+            [0.4 * v, 0.2 * e[10], 0.4 * e[2], 0.2 * e[11]],
+            [0, 0, 1, 1],
+        ),  # budget (5, 5), rank 2 each: U = [v e10 e2 e11]
         ([0.4 * w, 0.2 * r, 0.4 * q, 0.2 * e[6]], [1, 1, 2, 2]),  # U = [w r q e6]
     ]
     data = [ClientData(k, f"d{k}", Split(_images(z), torch.tensor(y))) for k, (z, y) in enumerate(clients)]
@@ -118,7 +126,10 @@ class TinyImages(DataSource):
 
         def draw(d: int, n: int) -> Split:
             y = torch.arange(n) % 3
-            return Split((0.6 * pattern[d] + 0.2 * torch.rand(n, 3, 8, 8, generator=g) + 0.05 * y.view(-1, 1, 1, 1)).clamp(0, 1), y)
+            return Split(
+                (0.6 * pattern[d] + 0.2 * torch.rand(n, 3, 8, 8, generator=g) + 0.05 * y.view(-1, 1, 1, 1)).clamp(0, 1),
+                y,
+            )
 
         clients = [ClientData(k, f"d{k // 2}", draw(k // 2, 24)) for k in range(4)]
         return FederatedData(clients, {f"d{d}": draw(d, 12) for d in range(2)}, num_classes=3)
@@ -129,7 +140,15 @@ def test_a_runs_official_stage0_is_the_one_client_bases_computes(tmp_path):
     query = SubspaceBasis(4, per_class=True, budget="counts", size=4, augment=True, normalize=True)
     angles = angle_matrix(client_bases(fed, query, 7), "pacfl")
     closest = float(angles[~np.eye(4, dtype=bool)].min())  # at exactly this threshold only the official rule (≤) merges
-    official = dict(per_class=True, class_budget="counts", angle="pacfl", linkage="weighted", stage0_size=4, stage0_augment=True, stage0_normalize=True)
+    official = dict(
+        per_class=True,
+        class_budget="counts",
+        angle="pacfl",
+        linkage="weighted",
+        stage0_size=4,
+        stage0_augment=True,
+        stage0_normalize=True,
+    )
     fkpl = FKPL(threshold=closest, basis=4, head_epochs=1, head_batch_size=16, **official)
     assert fkpl.subspace_query() == query
     head_federation(tmp_path, data=TinyImages(), model=SmallCNN(channels=(4,), hidden=8), rounds=1, method=fkpl).fit()

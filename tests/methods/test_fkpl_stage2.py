@@ -35,13 +35,19 @@ def test_domain_prototypes_are_the_unweighted_mean_of_the_members_class_means(tm
     fkpl_federation(tmp_path, head_epochs=1).fit()
     state = load_checkpoint(tmp_path)
     got = state.answers["calibrate"]["prototypes"].value["protos"]
-    enc = encoder_weights([state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3)))
+    enc = encoder_weights(
+        [state.outputs[f"experts/expert{v}"]["weights"] for v in range(3)], head_keys(MLP(hidden=(8,)).build((16,), 3))
+    )
     model = ConcatExperts(MLP(hidden=(8,)), 3, enc, with_head=False).build((16,), 3)
     clients = PlantedSubspaces().build(SEED).clients
     sizes = set()
     for v, group in enumerate([[0, 1], [2, 3], [4, 5]]):
         for k in range(3):
-            means = [encode(model, clients[m].train.x)[clients[m].train.y == k].mean(0) for m in group if (clients[m].train.y == k).any()]
+            means = [
+                encode(model, clients[m].train.x)[clients[m].train.y == k].mean(0)
+                for m in group
+                if (clients[m].train.y == k).any()
+            ]
             sizes |= {int((clients[m].train.y == k).sum()) for m in group}
             torch.testing.assert_close(got[v, k], torch.stack(means).mean(0))
     assert len(sizes) > 1  # unequal class counts: a sample-weighted mean would differ
@@ -49,7 +55,9 @@ def test_domain_prototypes_are_the_unweighted_mean_of_the_members_class_means(tm
 
 
 # ---- λ ------------------------------------------------------------------------------------------------------------
-def _recovered_lambda(lam_on: str, a: float, b: float, decimals: int | None = None, passes: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
+def _recovered_lambda(
+    lam_on: str, a: float, b: float, decimals: int | None = None, passes: int = 20
+) -> tuple[torch.Tensor, torch.Tensor]:
     """λ of every virtual feature of client 2 (partner all, 2 clusters × 3 classes all held), solved from
     z̃ − F = t·(P − F) (t = 1 − λ for lam_on feature, λ for prototype), and the residual of that fit."""
     data, model, _ = _concat()
@@ -82,7 +90,9 @@ def test_lam_decimals_rounds_every_draw_as_the_official_code():
     lam, _ = _recovered_lambda("prototype", 0.2, 0.5, decimals=2)
     hundredths = lam * 100
     assert (hundredths - hundredths.round()).abs().max() < 1e-3
-    assert lam.min() >= 0.2 - 1e-5 and lam.max() <= 0.5 + 1e-5 and len(torch.unique(hundredths.round())) == 31  # 0.20 … 0.50
+    assert (
+        lam.min() >= 0.2 - 1e-5 and lam.max() <= 0.5 + 1e-5 and len(torch.unique(hundredths.round())) == 31
+    )  # 0.20 … 0.50
     unrounded, _ = _recovered_lambda("prototype", 0.2, 0.5)
     assert ((unrounded * 100) - (unrounded * 100).round()).abs().max() > 0.1
 
@@ -139,11 +149,15 @@ def test_independent_expert_init_starts_each_expert_from_its_own_derived_stream(
     spec = lambda v: SeededInit(MLP(hidden=(8,)), derive_seed(SEED, purpose=f"fkpl/expert{v}/model_init"))  # noqa: E731
     for v, group in ((0, [0, 1]), (2, [4, 5])):
         alone = [Rounds(name="x", clients=group, method=FedAvg())]
-        head_federation(tmp_path / f"sub{v}", data=PlantedSubspaces(), model=spec(v), rounds=2, local=_local(), protocol=alone).fit()
+        head_federation(
+            tmp_path / f"sub{v}", data=PlantedSubspaces(), model=spec(v), rounds=2, local=_local(), protocol=alone
+        ).fit()
         want = load_checkpoint(tmp_path / f"sub{v}").global_weights
         assert all(torch.equal(got[f"experts/expert{v}"]["weights"][k], want[k]) for k in want)
     torch.manual_seed(derive_seed(SEED, purpose="model_init"))
-    inits = [spec(v).build((16,), 3).state_dict()["1.weight"] for v in range(3)] + [MLP(hidden=(8,)).build((16,), 3).state_dict()["1.weight"]]
+    inits = [spec(v).build((16,), 3).state_dict()["1.weight"] for v in range(3)] + [
+        MLP(hidden=(8,)).build((16,), 3).state_dict()["1.weight"]
+    ]
     assert all(not torch.equal(inits[i], inits[j]) for i in range(4) for j in range(i))
     with pytest.raises(ValueError, match="expert_init must be 'shared' or 'independent', got 'own'"):
         FKPL(expert_init="own")  # type: ignore[arg-type]
@@ -152,7 +166,9 @@ def test_independent_expert_init_starts_each_expert_from_its_own_derived_stream(
 
 
 # ---- bytes: Table 9 -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout, partner", [([2, 3, 3, 2], "one"), ([5, 4, 5, 6], "all")], ids=["office-2332", "pacs-5456"])
+@pytest.mark.parametrize(
+    "layout, partner", [([2, 3, 3, 2], "one"), ([5, 4, 5, 6], "all")], ids=["office-2332", "pacs-5456"]
+)
 def test_the_runs_bytes_are_table_9s_sum_with_f_counted_once(tmp_path, layout, partner):
     """The suite's Office-Caltech-10 (caltech 2 / amazon 3 / webcam 3 / dslr 2) and PACS (photo 5 / art 4 / cartoon 5 /
     sketch 6) client counts over 4 planted domains: "bytes up / run" and "bytes down / run" (`flsuite compare`'s
@@ -161,22 +177,40 @@ def test_the_runs_bytes_are_table_9s_sum_with_f_counted_once(tmp_path, layout, p
     counted once: both Stage-II queries send it, the second to clients that already hold it."""
     source = PlantedSubspaces(clients_per_domain=layout)
     method = FKPL(threshold=10.0, basis=3, head_epochs=1, partner=partner)
-    summary = head_federation(tmp_path, data=source, model=MLP(hidden=(8,)), rounds=2, method=method, local=_local()).fit()
+    summary = head_federation(
+        tmp_path, data=source, model=MLP(hidden=(8,)), rounds=2, method=method, local=_local()
+    ).fit()
     clients = source.build(SEED).clients
     labels = records(tmp_path)[0]["cluster/labels"]
     assert labels == [int(c.domain[1:]) for c in clients]  # Stage 0 finds the 4 domains: V = 4
     m, v, k, t, d_x, p = sum(layout), 4, 3, 2, 16, 3
-    p_w, p_f, d_v = (16 * 8 + 8) + (8 * 3 + 3), 16 * 8 + 8, 4 * 8  # MLP(8) expert: Linear(16, 8) encoder + Linear(8, 3) head
+    p_w, p_f, d_v = (
+        (16 * 8 + 8) + (8 * 3 + 3),
+        16 * 8 + 8,
+        4 * 8,
+    )  # MLP(8) expert: Linear(16, 8) encoder + Linear(8, 3) head
     holders = [{labels[i] for i, c in enumerate(clients) if (c.train.y == cls).any()} for cls in range(k)]  # V_k
     k_m, v_k = sum(len(torch.unique(c.train.y)) for c in clients), sum(len(h) for h in holders)
     n_g = sum(len(c.train) if partner == "one" else sum(len(holders[y]) for y in c.train.y.tolist()) for c in clients)
-    table9 = {"subspace": d_x * p * m, "experts": 2 * t * m * p_w, "encoder": m * v * p_f, "local": d_v * k_m, "domain": m * d_v * v_k, "virtual": n_g * d_v}
+    table9 = {
+        "subspace": d_x * p * m,
+        "experts": 2 * t * m * p_w,
+        "encoder": m * v * p_f,
+        "local": d_v * k_m,
+        "domain": m * d_v * v_k,
+        "virtual": n_g * d_v,
+    }
     up, down = run_traffic(load_run(tmp_path))
-    assert up == 4 * (table9["subspace"] + table9["experts"] // 2 + table9["local"] + table9["virtual"]) + 8 * (k_m + n_g)
+    assert up == 4 * (table9["subspace"] + table9["experts"] // 2 + table9["local"] + table9["virtual"]) + 8 * (
+        k_m + n_g
+    )
     assert down == 4 * (table9["experts"] // 2 + table9["encoder"] + table9["domain"]) + m * (v * k + 8 * m)
     assert summary["query/fkpl/prototypes/bytes_down"] == 4 * table9["encoder"]  # F, once per client
     assert summary["query/fkpl/virtual/bytes_down"] == 4 * table9["domain"] + m * (v * k + 8 * m)  # not F again
     last = records(tmp_path)[-1]
-    assert (last["stage2/encoder_scalars_down"], last["stage2/scalars_down/domain_prototypes"]) == (table9["encoder"], table9["domain"])
+    assert (last["stage2/encoder_scalars_down"], last["stage2/scalars_down/domain_prototypes"]) == (
+        table9["encoder"],
+        table9["domain"],
+    )
     assert (last["stage2/scalars_up/virtual_features"], last["stage2/num_virtual"]) == (table9["virtual"], n_g)
     assert last["stage2/bytes_down"] == 4 * (table9["encoder"] + table9["domain"]) + m * (v * k + 8 * m)

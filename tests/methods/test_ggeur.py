@@ -31,7 +31,9 @@ def test_geometry_is_sorted_clipped_and_reconstructs():
     cov = a.T @ a / 5 - 1e-12 * torch.eye(3)  # nearly singular: tiny negative eigenvalues possible
     shape = geometry(cov)
     assert torch.all(shape.eigenvalues[:-1] >= shape.eigenvalues[1:]) and torch.all(shape.eigenvalues >= 0)
-    torch.testing.assert_close(shape.eigenvectors @ torch.diag(shape.eigenvalues) @ shape.eigenvectors.T, cov, atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        shape.eigenvectors @ torch.diag(shape.eigenvalues) @ shape.eigenvectors.T, cov, atol=1e-10, rtol=0
+    )
     assert geometry(cov, top_k=2).eigenvectors.shape == (3, 2)
 
 
@@ -119,8 +121,12 @@ def test_generated_samples_follow_the_global_class_geometry():
 
 
 def test_ggeur_composes_with_fedavg_by_config(tmp_path):
-    data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
-    summary = head_federation(tmp_path, data=data, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]).fit()
+    data = GaussianFeatures(
+        dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30
+    )
+    summary = head_federation(
+        tmp_path, data=data, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]
+    ).fit()
     assert summary["last/acc_mean"] > 70  # 3 classes: chance is 33.3; a run that learned nothing stays near it
     stats = json.loads((tmp_path / "partition.json").read_text())
     assert [c["num_samples"] for c in stats["clients"]] == [3 * 50 + 3 * 20] * 2
@@ -141,8 +147,14 @@ def test_ggeur_refuses_pixels():
 
 
 def test_the_console_says_what_ggeur_did(tmp_path, caplog):
-    data = GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30)
+    data = GaussianFeatures(
+        dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=30, test_per_domain=30
+    )
     with caplog.at_level("INFO", logger="flsuite.federation.run"):
-        head_federation(tmp_path, data=data, rounds=1, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]).fit()
+        head_federation(
+            tmp_path, data=data, rounds=1, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)]
+        ).fit()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("GGEUR:")]
-    assert len(lines) == 1 and lines[0].startswith(f"GGEUR: {2 * (3 * 50 + 3 * 20 - 30):,} embeddings generated (multi-domain, T = 50;")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"GGEUR: {2 * (3 * 50 + 3 * 20 - 30):,} embeddings generated (multi-domain, T = 50;"
+    )

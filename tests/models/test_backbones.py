@@ -97,7 +97,9 @@ def test_pretrained_resnet18_takes_every_imagenet_weight_but_the_classifier(fake
     grey = ResNet18(pretrained=True).build((1, 32, 32), 10)
     torch.testing.assert_close(grey.conv1.weight, reference["conv1.weight"].sum(1, keepdim=True))
     small = ResNet18(pretrained=True, small_input=True).build((3, 32, 32), 10)
-    assert small.conv1.weight.shape == (64, 3, 3, 3) and torch.equal(small.layer4[1].conv2.weight, reference["layer4.1.conv2.weight"])
+    assert small.conv1.weight.shape == (64, 3, 3, 3) and torch.equal(
+        small.layer4[1].conv2.weight, reference["layer4.1.conv2.weight"]
+    )
     assert len(calls) == 1  # read once per process, not once per client build
 
 
@@ -107,7 +109,9 @@ def test_pretrained_weights_offline_give_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(backbones, "_STATE_DICTS", {})
     monkeypatch.setattr(torch.hub, "load_state_dict_from_url", offline)
-    with pytest.raises(RuntimeError, match=r"cannot load the ImageNet weights .*resnet18.*not in torch.hub's cache .*pretrained: false"):
+    with pytest.raises(
+        RuntimeError, match=r"cannot load the ImageNet weights .*resnet18.*not in torch.hub's cache .*pretrained: false"
+    ):
         ResNet18(pretrained=True).build((3, 32, 32), 10)
 
 
@@ -184,7 +188,9 @@ def test_index_batches_follow_epoch_batches():
 
 
 def gaussian() -> GaussianFeatures:
-    return GaussianFeatures(dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=40, test_per_domain=30)
+    return GaussianFeatures(
+        dim=6, num_classes=3, num_domains=2, clients_per_domain=1, samples_per_client=40, test_per_domain=30
+    )
 
 
 @pytest.mark.parametrize("method", [None, Scaffold()], ids=["fedavg", "scaffold"])
@@ -232,7 +238,9 @@ class HookProbe(ClientModule):
         return super().local_loss(x, y)
 
     def before_optimizer_step(self):
-        HookProbe.events.append("before" if all(p.grad is not None for p in self.model.parameters()) else "before-no-grad")
+        HookProbe.events.append(
+            "before" if all(p.grad is not None for p in self.model.parameters()) else "before-no-grad"
+        )
 
     def after_optimizer_step(self):
         HookProbe.events.append("after")
@@ -268,7 +276,9 @@ class AutocastFedAvg(FedAvg):
 def test_local_precision_reaches_the_standard_loops_trainer(tmp_path, precision, autocast):
     AutocastProbe.seen = []
     local = LocalTraining(steps=2, batch_size=8, lr=0.1, loop="standard", precision=precision)
-    head_federation(tmp_path, data=gaussian(), model=MLP(hidden=(5,)), rounds=1, local=local, method=AutocastFedAvg()).fit()
+    head_federation(
+        tmp_path, data=gaussian(), model=MLP(hidden=(5,)), rounds=1, local=local, method=AutocastFedAvg()
+    ).fit()
     assert len(AutocastProbe.seen) == 2 * 2  # clients × steps
     assert all(enabled == autocast for enabled, _ in AutocastProbe.seen)
     if autocast:

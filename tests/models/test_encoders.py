@@ -218,7 +218,9 @@ def test_openclip_loads_local_checkpoint(tiny_clip_name: str, tmp_path: Path) ->
     assert OpenCLIP(tiny_clip_name, pretrained=None).cache_key()["weights"] != encoder.cache_key()["weights"]
 
 
-def test_openclip_pretrained_tag_downloads_and_applies_tag_config(tiny_clip_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openclip_pretrained_tag_downloads_and_applies_tag_config(
+    tiny_clip_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import open_clip
     from open_clip.transformer import QuickGELU
 

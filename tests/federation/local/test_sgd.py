@@ -1,4 +1,5 @@
-"""The lean loop's wrapper-free SGD step (flsuite.federation.local.sgd) gives `optimizer.step()`'s results to the bit."""
+"""The lean loop's wrapper-free SGD step (flsuite.federation.local.sgd) gives `optimizer.step()`'s results to the
+bit."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ LOCALS = {
 
 def client_fits(local: LocalTraining) -> list:
     """Two clients' fits of an MLP head (two layers: four parameters) from the same global weights."""
-    data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=44).build(seed=1)
+    data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=44).build(
+        seed=1
+    )
     env = ClientEnvironment(data, MLP(hidden=(5,)), HyperParameters(FedAvg()), local, seed=0)
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
@@ -95,7 +98,11 @@ def two_optimizers(**kwargs) -> tuple[nn.Module, torch.optim.Optimizer, nn.Modul
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"lr": 0.1}, {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01}, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "maximize": True}],
+    [
+        {"lr": 0.1},
+        {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
+        {"lr": 0.1, "momentum": 0.9, "nesterov": True, "maximize": True},
+    ],
 )
 def test_the_step_follows_the_groups_and_skips_parameters_without_gradients(kwargs):
     """lr changed between steps, a frozen last layer (no .grad: step() skips it, weight decay included), the
