@@ -239,11 +239,15 @@ def fit(tmp_path: Path, name: str, cluster: str | None, *args: str) -> subproces
     return done
 
 
-def fit_serial(tmp_path: Path, name: str, *args: str) -> None:
-    """The reference run, the same config on the serial executor, in the test's process (it needs no process of its
-    own: a subprocess would only add its imports)."""
+@pytest.fixture(scope="module")
+def serial_metrics(tmp_path_factory) -> str:
+    """The reference run's metrics.jsonl: the same config on the serial executor, in the test's process (it needs no
+    process of its own: a subprocess would only add its imports). FedAvg's, which is also `NodeLossFedAvg`'s: its
+    clients kill nothing outside a node whose environment sets KILL_AT (checked in the node-loss test)."""
+    tmp_path = tmp_path_factory.mktemp("serial")
     config = write_config(tmp_path / "run.yaml", CONFIG)
-    federation_from_configs(config, args=[f"--run_dir={tmp_path / name}", *args]).fit()
+    federation_from_configs(config, args=[f"--run_dir={tmp_path / 'serial'}"]).fit()
+    return (tmp_path / "serial" / "metrics.jsonl").read_text()
 
 
 #: How long a test waits for Ray to mark a lost node dead (it does once the node has failed several health checks), or
@@ -264,23 +268,22 @@ def wait_for_nodes_alive(cluster: LocalCluster, expected: int, deadline_s: float
 
 
 @pytest.mark.slow
-def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes):
+def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes, serial_metrics):
     assert two_nodes.nodes_alive() == 2
-    fit_serial(tmp_path, "serial")
     done = fit(tmp_path, "cluster", two_nodes.address, *ON_THE_CLUSTER)
     assert "RayExecutor: 2 workers" in done.stderr
-    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == serial_metrics
 
 
 @pytest.mark.slow
-def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes):
+def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes, serial_metrics):
     method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
-    fit_serial(tmp_path, "serial", method)  # no KILL_AT in this process's environment: nothing is killed
+    assert KILL_AT not in os.environ  # the reference run's process: there NodeLossFedAvg is FedAvg
     assert two_nodes.nodes_alive() == 2
     done = fit(tmp_path, "cluster", two_nodes.address, method, *ON_THE_CLUSTER)
     died = [line for line in done.stderr.splitlines() if "worker died" in line]
     assert died and all("round 2" in line for line in died)  # the client in flight on the lost node, retried elsewhere
-    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == serial_metrics
     # the second node really went away: Ray's control service marks it dead some time after its raylet died (its
     # health checks must fail first), so one count right after the run can still include it; wait for the change
     # (the `two_nodes` fixture starts it again for a later test: a random order once ran the two-node test after
