@@ -37,6 +37,14 @@ def serial_fedavg(tmp_path_factory) -> str:
     return (run_dir / "metrics.jsonl").read_text()
 
 
+@pytest.fixture(scope="module")
+def serial_scaffold(tmp_path_factory) -> str:
+    """The serial run of SCAFFOLD (client state), for the tests that run it on Ray."""
+    run_dir = tmp_path_factory.mktemp("serial_scaffold")
+    head_federation(run_dir, method=Scaffold()).fit()
+    return (run_dir / "metrics.jsonl").read_text()
+
+
 def ray_executor(**kwargs) -> RayExecutor:
     """Two workers, handed from run to run (`keep_workers`): each test compares with the serial run anyway."""
     return RayExecutor(**{"num_workers": 2, "keep_workers": True, **kwargs})
@@ -95,19 +103,18 @@ def test_ray_equals_serial_for_fedavg(tmp_path, serial_fedavg):
     assert (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
 
 
-def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(tmp_path, serial_fedavg, caplog):
+def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(tmp_path, serial_fedavg, serial_scaffold, caplog):
     """`keep_workers`: the second run (another method) takes the first run's two worker processes (it starts none),
     gives them its own environment and computes its serial run's metrics; `release_idle_workers` stops them. The first
     run takes whatever workers earlier tests left idle (or starts its own): the second one must take the first's."""
     head_federation(tmp_path / "first", executor=ray_executor()).fit()
     kept = idle_pids()
-    head_federation(tmp_path / "serial", method=Scaffold()).fit()
     with caplog.at_level("INFO", logger="flsuite.federation.ray_executor"):
         head_federation(tmp_path / "second", method=Scaffold(), executor=ray_executor()).fit()
     assert "RayExecutor: 2 workers (2 reused)" in caplog.text
     assert len(kept) == 2 and idle_pids() == kept
     assert (tmp_path / "first" / "metrics.jsonl").read_text() == serial_fedavg
-    assert (tmp_path / "second" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+    assert (tmp_path / "second" / "metrics.jsonl").read_text() == serial_scaffold
     workers = [w for pool in ray_workers._IDLE.values() for w in pool]
     assert ray_workers.release_idle_workers() == 2 and idle_pids() == []
     assert all(stopped(worker) for worker in workers)
@@ -157,10 +164,9 @@ def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg, m
     assert all(stopped(worker) for worker in used)
 
 
-def test_ray_equals_serial_for_a_method_with_client_state(tmp_path):
-    head_federation(tmp_path / "serial", method=Scaffold()).fit()
-    head_federation(tmp_path / "ray", method=Scaffold(), executor=ray_executor()).fit()
-    assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
+def test_ray_equals_serial_for_a_method_with_client_state(tmp_path, serial_scaffold):
+    head_federation(tmp_path, method=Scaffold(), executor=ray_executor()).fit()
+    assert (tmp_path / "metrics.jsonl").read_text() == serial_scaffold
 
 
 @pytest.mark.slow
