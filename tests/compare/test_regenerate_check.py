@@ -3,10 +3,16 @@ diffed cell by cell: a table its command regenerates passes, a changed cell is r
 
 from __future__ import annotations
 
+import contextlib
+import io
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from tests.helpers import load_experiment
 
@@ -42,29 +48,76 @@ def test_the_sample_keeps_the_rows_variants_and_writes_elsewhere(check, tmp_path
         check.sample_argv(command, ["Z"], tmp_path, tmp_path / "o.md", None)
 
 
+#: A quickstart-sized federation (the quickstart's digits domains and CNN, smaller), its thread count pinned as the
+#: quickstart's (one intra-op thread: the same metrics.jsonl in any process).
+TINY = {
+    "name": "tiny",
+    "seed": 0,
+    "rounds": 2,
+    "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "inverted"], "clients_per_domain": 1, "beta": 0.5}},
+    "model": {"class_path": "flsuite.models.heads.SmallCNN", "init_args": {"channels": [4, 8], "hidden": 16}},
+    "local": {"epochs": 1, "batch_size": 32, "lr": 0.02},
+    "threads": {"intra_op": 1},
+}
+
+
+def committed_table(tmp: Path) -> Path:
+    """A two-variant study table (FedAvg and lr 0.05; 2 rounds, seed 0) as experiments/study.py writes it: the driver's
+    own table and "Regenerate with:" command, its runs (the federation's part, not the check's) run in this process."""
+    from tests.helpers import study_in_this_process
+
+    base = tmp / "tiny.yaml"
+    base.write_text(yaml.safe_dump(TINY))
+    study, table = load_experiment("study"), tmp / "t.md"
+    argv = ["study.py", "--name", "t", "--base", str(base), "--variant", "FedAvg=", "--variant", "lr 0.05=--local.lr=0.05"]
+    argv += ["--seeds", "0", "--workers", "2", "--runs", str(tmp / "runs"), "--out", str(table), "--", "--rounds", "2"]
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()):
+        pool = study_in_this_process(study, mp)
+        mp.chdir(ROOT)
+        mp.setattr(sys, "argv", argv)
+        study.main()
+    assert pool.runs == 2
+    return table
+
+
+def without_paths(cmd: list[str]) -> list[str]:
+    """A study command with the values of --runs and --out (fresh folders, one per check) left out."""
+    return [a for i, a in enumerate(cmd) if i == 0 or cmd[i - 1] not in ("--runs", "--out")]
+
+
 @pytest.mark.slow
 def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Path, monkeypatch, capsys):
-    """A two-variant quickstart study (2 rounds, seed 0) writes the committed table; the check reruns its FedAvg row
-    from the table's command: every cell equal. With one cell of that row edited, the check exits 1 and prints the
-    committed and the fresh value of that cell."""
-    study = load_experiment("study")
-    table = tmp_path / "t.md"
-    monkeypatch.chdir(ROOT)
-    argv = ["study.py", "--name", "t", "--base", "configs/quickstart.yaml", "--variant", "FedAvg=", "--variant", "lr 0.05=--local.lr=0.05"]
-    argv += ["--seeds", "0", "--workers", "2", "--runs", str(tmp_path / "runs"), "--out", str(table), "--", "--rounds", "2"]
-    monkeypatch.setattr(sys, "argv", argv)
-    study.main()
-    capsys.readouterr()
+    """A two-variant study table over a quickstart-sized federation; the check reruns its FedAvg row from the table's
+    command (`python experiments/study.py ...`, a process with its worker): every cell equal, wall time shown but not
+    judged, only the sampled row run. With one cell of that row edited, the check exits 1 and prints the committed and
+    the fresh value of that cell; that second check's study (the same command as the first's, the same code) is not
+    run again but replayed from the first one's fresh table."""
+    table = committed_table(tmp_path)
     committed = table.read_text()
     row = next(line for line in committed.splitlines() if line.startswith("| FedAvg |"))
+    avg = row.split("|")[-5].strip()  # the AVG column: | method | 2 domains | AVG | STD | STD (n-1) | seeds |
+    ran: list[list[str]] = []
 
+    def run(cmd: list[str], **kwargs):
+        ran.append(cmd)
+        return subprocess.run(cmd, **kwargs)
+
+    monkeypatch.setattr(check, "subprocess", SimpleNamespace(run=run))
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh1")]) == 0
     out = capsys.readouterr().out
-    avg = row.split("|")[-5].strip()  # the AVG column: | method | 4 domains | AVG | STD | STD (n-1) | seeds |
     assert f"| 1 | FedAvg | AVG | {avg} | {avg} | same |" in out and "DIFFERS" not in out
     assert "| 3 | FedAvg | bytes up / run |" in out and "| 3 | FedAvg | s / round |" in out and "(wall time, not judged)" in out
     assert "lr 0.05" not in out and not (tmp_path / "fresh1" / "t" / "lr-0-05").exists()  # only the sample ran
+    assert len(ran) == 1 and (tmp_path / "fresh1" / "t" / "fedavg" / "seed0" / "summary.json").is_file()
 
+    def replay(cmd: list[str], **kwargs):
+        assert without_paths(cmd) == without_paths(ran[0])
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.parent.mkdir(parents=True)
+        shutil.copy(tmp_path / "fresh1" / "t.fresh.md", out)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(check, "subprocess", SimpleNamespace(run=replay))
     edited = row.replace(f"| {avg} |", "| 99.99 |", 1)
     table.write_text(committed.replace(row, edited))
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh2")]) == 1
