@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flsuite.provenance import code_version
-from tests.helpers import load_experiment
+from tests.helpers import load_experiment, study_in_this_process
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {
@@ -79,7 +79,9 @@ def test_study_continues_a_killed_run_of_the_same_experiment_and_restarts_one_of
 @pytest.mark.slow
 def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(study, base: Path, tmp_path: Path, monkeypatch, capsys):
     """The whole driver: a finished run of the same experiment is reused (no fit), one of another commit is rerun by
-    `flsuite fit` (a subprocess recording the commit it runs), the old folder kept aside; the table is the new run's."""
+    `flsuite fit` (recording the commit it runs), the old folder kept aside; the table is the new run's. The driver's
+    `flsuite` commands run in this process (`study_in_this_process`: the decisions are the driver's, not its processes')."""
+    pool = study_in_this_process(study, monkeypatch)
     runs = tmp_path / "runs"
     run_dir = runs / "s" / "base" / "seed0"
     fit(study, base, run_dir)
@@ -89,14 +91,14 @@ def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(
     capsys.readouterr()
     study.main()
     out = capsys.readouterr().out
-    assert f"reusing 1 finished run(s): same config and code ({study_label()})" in out and "exit" not in out
+    assert f"reusing 1 finished run(s): same config and code ({study_label()})" in out and "exit" not in out and pool.runs == 0
     stamp = (run_dir / "summary.json").stat().st_mtime_ns
 
     fake_commit(run_dir, "f" * 40)
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(tmp_path / "second.md")])
     study.main()
     out = capsys.readouterr().out
-    assert f"{run_dir}: not reused, runs again (it was made by code ffffffffff" in out and "base seed 0: exit 0" in out
+    assert f"{run_dir}: not reused, runs again (it was made by code ffffffffff" in out and "base seed 0: exit 0" in out and pool.runs == 1
     moved = next((run_dir.parent / ".replaced").iterdir())
     assert json.loads((moved / "environment.json").read_text())["code"]["commit"] == "f" * 40
     assert json.loads((run_dir / "environment.json").read_text())["code"]["commit"] != "f" * 40  # the commit checked out
