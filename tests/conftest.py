@@ -77,7 +77,9 @@ def pytest_collection_modifyitems(config, items):
     finish together. Stable: tests keep pytest-randomly's order within a module, and modules of equal cost its order."""
     unstable = [item.nodeid for item in items if " at 0x" in item.nodeid]
     if unstable:
-        raise pytest.UsageError(f"test ids that name memory addresses (give the parametrisation explicit ids): {unstable[:3]}")
+        raise pytest.UsageError(
+            f"test ids that name memory addresses (give the parametrisation explicit ids): {unstable[:3]}"
+        )
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)

@@ -21,7 +21,9 @@ from flsuite.tracking import WandbConfig
 def head_federation(run_dir: Path, **overrides: Any) -> Federation:
     """A linear head over Gaussian features: 2 domains × 2 clients."""
     kwargs: dict[str, Any] = dict(
-        data=GaussianFeatures(dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=60, test_per_domain=60),
+        data=GaussianFeatures(
+            dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=60, test_per_domain=60
+        ),
         model=Linear(),
         rounds=3,
         seed=7,
@@ -93,7 +95,10 @@ SMALL_CONFIG: dict[str, Any] = {
     "name": "cli-test",
     "rounds": 3,
     "seed": 5,
-    "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "rotated"], "flatten": True}},
+    "data": {
+        "class_path": "flsuite.data.builtin.UCIDigitsDomains",
+        "init_args": {"domains": ["clean", "rotated"], "flatten": True},
+    },
     "model": {"class_path": "flsuite.models.heads.Linear"},
     "local": {"epochs": 1, "batch_size": 32, "lr": 0.05},
     "progress": False,
@@ -147,7 +152,9 @@ def initial_weights(fed: Federation, data=None):
 
 def load_experiment(name: str):
     """experiments/<name>.py as a module (the experiment scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -207,7 +214,12 @@ def study_in_this_process(study, monkeypatch) -> InProcessPool:
         from flsuite.cli import main
 
         log.parent.mkdir(parents=True, exist_ok=True)
-        with pytest.MonkeyPatch.context() as env, open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        with (
+            pytest.MonkeyPatch.context() as env,
+            open(log, "w") as out,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(out),
+        ):
             for key, value in study.run_env(parallel).items():
                 env.setenv(key, value)
             return main(cmd[3:])

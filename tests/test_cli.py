@@ -29,9 +29,28 @@ SMALL = SMALL_CONFIG
         ({"lokal": {"epochs": 2}}, "lokal"),
         ({"rounds": "many"}, 'key "rounds"'),
         ({"local": {"batch_size": 0}}, "local.batch_size must be >= 1"),
-        ({"data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"clients_per_domain": "two"}}}, "clients_per_domain"),
-        ({"data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "blurry"]}}}, "blurry"),
-        ({"method": {"class_path": "flsuite.methods.fedavg.FedAvg", "init_args": {"weighting": "bysize"}}}, "weighting"),
+        (
+            {
+                "data": {
+                    "class_path": "flsuite.data.builtin.UCIDigitsDomains",
+                    "init_args": {"clients_per_domain": "two"},
+                }
+            },
+            "clients_per_domain",
+        ),
+        (
+            {
+                "data": {
+                    "class_path": "flsuite.data.builtin.UCIDigitsDomains",
+                    "init_args": {"domains": ["clean", "blurry"]},
+                }
+            },
+            "blurry",
+        ),
+        (
+            {"method": {"class_path": "flsuite.methods.fedavg.FedAvg", "init_args": {"weighting": "bysize"}}},
+            "weighting",
+        ),
     ],
 )
 def test_bad_config_gives_a_named_one_paragraph_error(tmp_path, capsys, change, expected):
@@ -46,9 +65,36 @@ def test_bad_config_gives_a_named_one_paragraph_error(tmp_path, capsys, change, 
 @pytest.mark.parametrize(
     ("args", "overlay", "expected"),
     [
-        (["--method", "FedProxx"], None, ["method: unknown class 'FedProxx' (did you mean FedProx?)", "FedAvg, ", "Scaffold", "(on the command line)"]),
-        (["--model", "Foo"], None, ["model: unknown class 'Foo'; the known classes for model: ", "Linear", "SmallCNN", "(on the command line)"]),
-        (["--executor", "Bar"], None, ["executor: unknown class 'Bar'; the known classes for executor: ", "RayExecutor", "SerialExecutor", "(on the"]),
+        (
+            ["--method", "FedProxx"],
+            None,
+            [
+                "method: unknown class 'FedProxx' (did you mean FedProx?)",
+                "FedAvg, ",
+                "Scaffold",
+                "(on the command line)",
+            ],
+        ),
+        (
+            ["--model", "Foo"],
+            None,
+            [
+                "model: unknown class 'Foo'; the known classes for model: ",
+                "Linear",
+                "SmallCNN",
+                "(on the command line)",
+            ],
+        ),
+        (
+            ["--executor", "Bar"],
+            None,
+            [
+                "executor: unknown class 'Bar'; the known classes for executor: ",
+                "RayExecutor",
+                "SerialExecutor",
+                "(on the",
+            ],
+        ),
         (
             [],
             {"method": {"class_path": "flsuite.methods.fedprox.FedProxx"}},
@@ -57,8 +103,16 @@ def test_bad_config_gives_a_named_one_paragraph_error(tmp_path, capsys, change, 
         ([], {"model": {"class_path": "SmallCN"}}, ["model: unknown class 'SmallCN' (did you mean SmallCNN?)"]),
         (
             [],
-            {"data": {"class_path": "flsuite.data.benchmarks.Benchmark", "init_args": {"suite": "pacs", "partition": {"class_path": "DomainSkeww"}}}},
-            ["data.init_args.partition: unknown class 'DomainSkeww' (did you mean DomainSkew?)", "Dirichlet, DomainSkew, IID"],
+            {
+                "data": {
+                    "class_path": "flsuite.data.benchmarks.Benchmark",
+                    "init_args": {"suite": "pacs", "partition": {"class_path": "DomainSkeww"}},
+                }
+            },
+            [
+                "data.init_args.partition: unknown class 'DomainSkeww' (did you mean DomainSkew?)",
+                "Dirichlet, DomainSkew, IID",
+            ],
         ),
     ],
 )
@@ -82,7 +136,11 @@ def test_unknown_class_name_lists_the_known_ones_and_the_nearest(tmp_path, capsy
     ("overlay", "args", "expected"),
     [
         ({"rounds": "ten"}, [], "Parser key \"rounds\": Expected a <class 'int'>. Got value: ten (in OVERLAY)"),
-        ({"local": {"lr": "fast"}}, [], "Parser key \"local.lr\": Expected a <class 'float'>. Got value: fast (in OVERLAY)"),
+        (
+            {"local": {"lr": "fast"}},
+            [],
+            "Parser key \"local.lr\": Expected a <class 'float'>. Got value: fast (in OVERLAY)",
+        ),
         ({"rounds": 4}, ["--rounds", "ten"], "Got value: ten (on the command line)"),
         ({"rounds": "ten"}, ["--seed", "1"], "Got value: ten (in OVERLAY)"),
     ],
@@ -153,7 +211,10 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, capsys):
     cfg = {
         **SMALL,
         "rounds": rounds,
-        "data": {**SMALL["data"], "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True}},
+        "data": {
+            **SMALL["data"],
+            "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True},
+        },
         "method": {"class_path": f"{__name__}.PacedFedAvg"},
         "sampling": {"fraction": 0.5},
         "local": {"epochs": 2, "batch_size": 8, "lr": 0.05},
@@ -196,7 +257,11 @@ def test_features_command_builds_the_data_and_reports_it(tmp_path, capsys):
 def is_overlay(path: Path) -> bool:
     """An overlay goes on top of a base config: `with_*.yaml`, `baselines/`, or a first comment line saying "overlay"."""
     first = path.read_text().lstrip().split("\n", 1)[0].lower()
-    return path.name.startswith("with_") or path.parent.name == "baselines" or (first.startswith("#") and "overlay" in first)
+    return (
+        path.name.startswith("with_")
+        or path.parent.name == "baselines"
+        or (first.startswith("#") and "overlay" in first)
+    )
 
 
 CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not is_overlay(p))  # overlays are tested with a base
@@ -217,17 +282,19 @@ def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
 def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     """`flsuite --version`, `--help` and the tools' `--help` import neither torch nor Lightning; nor does `flsuite fit
     --help` once its text is cached (the first one builds the full parser), and the cached text is the parser's."""
-    probe = (
-        "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
-    )
+    probe = "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
     env = {**os.environ, "FLSUITE_USER_CACHE": str(tmp_path / "user-cache")}
 
     def run(*args: str) -> tuple[str, str]:
-        done = subprocess.run([sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=600
+        )
         return done.stdout, done.stderr.strip().splitlines()[-1]
 
     for args in (["--version"], ["--help"], ["sweep", "--help"], ["compare", "--help"]):
         assert run(*args)[1] == "[] 0", args
     built, loaded = run("fit", "--help")
-    assert loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
+    assert (
+        loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
+    )
     assert run("fit", "--help") == (built, "[] 0")

@@ -16,7 +16,16 @@ import pytest
 from flsuite.pool import KILLED, WarmPool, run_fit_here
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["--config", str(ROOT / "configs" / "quickstart.yaml"), "--rounds", "2", "--progress", "false", "--wandb.enabled", "false"]
+QUICK = [
+    "--config",
+    str(ROOT / "configs" / "quickstart.yaml"),
+    "--rounds",
+    "2",
+    "--progress",
+    "false",
+    "--wandb.enabled",
+    "false",
+]
 
 
 def fit_noting_pid(argv: list[str], log_file: str, env: dict[str, str], pid_file: str) -> int:
@@ -50,29 +59,64 @@ def test_a_run_in_a_warm_worker_after_another_run_is_the_fresh_process_run_byte_
     assert done.returncode == 0, done.stdout + done.stderr
     pids = []
     with WarmPool(workers=1, task=fit_noting_pid) as pool:
-        other = [*QUICK, "--config", str(ROOT / "configs" / "baselines" / "scaffold.yaml"), "--seed", "3", "--threads.intra_op", "2"]
-        assert pool.run(other, str(tmp_path / "other.log"), env(FLSUITE_PARALLEL="2", LEAKED="1"), str(tmp_path / "pid0")) == 0
+        other = [
+            *QUICK,
+            "--config",
+            str(ROOT / "configs" / "baselines" / "scaffold.yaml"),
+            "--seed",
+            "3",
+            "--threads.intra_op",
+            "2",
+        ]
+        assert (
+            pool.run(other, str(tmp_path / "other.log"), env(FLSUITE_PARALLEL="2", LEAKED="1"), str(tmp_path / "pid0"))
+            == 0
+        )
         pids.append((tmp_path / "pid0").read_text())
-        failing = [*QUICK, "--run_dir", str(tmp_path / "failing"), "--checkpoint_every", "0"]  # raises (FLSUITE_DEBUG: unreported)
+        failing = [
+            *QUICK,
+            "--run_dir",
+            str(tmp_path / "failing"),
+            "--checkpoint_every",
+            "0",
+        ]  # raises (FLSUITE_DEBUG: unreported)
         assert pool.run(failing, str(tmp_path / "failing.log"), env(FLSUITE_DEBUG="1"), str(tmp_path / "pidf")) == 1
-        assert "Traceback" in (tmp_path / "failing.log").read_text() and "checkpoint_every" in (tmp_path / "failing.log").read_text()
+        assert (
+            "Traceback" in (tmp_path / "failing.log").read_text()
+            and "checkpoint_every" in (tmp_path / "failing.log").read_text()
+        )
         missing = ["--config", str(tmp_path / "missing.yaml")]  # a user error: the status `flsuite fit` exits with
         assert pool.run(missing, str(tmp_path / "missing.log"), env(), str(tmp_path / "pidm")) == 2
         assert "missing.yaml" in (tmp_path / "missing.log").read_text()
         pids += [(tmp_path / "pidf").read_text(), (tmp_path / "pidm").read_text()]
         for i in (1, 2):
             run_dir = tmp_path / f"warm{i}"
-            assert pool.run([*QUICK, "--run_dir", str(run_dir)], str(tmp_path / f"warm{i}.log"), env(), str(tmp_path / f"pid{i}")) == 0
+            assert (
+                pool.run(
+                    [*QUICK, "--run_dir", str(run_dir)],
+                    str(tmp_path / f"warm{i}.log"),
+                    env(),
+                    str(tmp_path / f"pid{i}"),
+                )
+                == 0
+            )
             pids.append((tmp_path / f"pid{i}").read_text())
             assert (run_dir / "metrics.jsonl").read_bytes() == (fresh / "metrics.jsonl").read_bytes()
-            assert (run_dir / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes().replace(str(fresh).encode(), str(run_dir).encode())
+            assert (run_dir / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes().replace(
+                str(fresh).encode(), str(run_dir).encode()
+            )
             assert "INFO flsuite.runtime: torch threads: 1 intra-op" in (tmp_path / f"warm{i}.log").read_text()
     assert len(set(pids)) == 1  # one warm worker ran all five
     import json
 
     recorded = [json.loads((d / "environment.json").read_text()) for d in (fresh, tmp_path / "warm1")]
     assert recorded[0]["threads"] == recorded[1]["threads"]
-    assert recorded[1]["argv"][1:] == ["fit", *QUICK, "--run_dir", str(tmp_path / "warm1")]  # as `python -m flsuite.cli fit`
+    assert recorded[1]["argv"][1:] == [
+        "fit",
+        *QUICK,
+        "--run_dir",
+        str(tmp_path / "warm1"),
+    ]  # as `python -m flsuite.cli fit`
 
 
 def test_a_killed_worker_fails_its_run_alone_and_is_replaced(tmp_path: Path) -> None:

@@ -22,7 +22,9 @@ from tests.data.test_feature_cache import CountingEncoder, make_images
 from tests.helpers import head_federation
 from tests.methods.test_fkpl import fkpl_federation
 
-DATA = GaussianFeatures(dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=60, test_per_domain=60)
+DATA = GaussianFeatures(
+    dim=8, num_classes=3, num_domains=2, clients_per_domain=2, samples_per_client=60, test_per_domain=60
+)
 BAR = re.compile(r"\d+%\|")  # what tqdm draws, and nothing else on the console does
 
 
@@ -49,11 +51,17 @@ def fit_twice(capfd, make, tmp_path) -> tuple[str, str]:
 
 
 def test_setup_stages_server_fits_and_rounds_show_bars_on_stderr_only_with_progress(tmp_path, capfd):
-    public = PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=40))
+    public = PublicData(
+        GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=40)
+    )
     err, _ = fit_twice(
         capfd,
         lambda run_dir: head_federation(
-            run_dir, data=DATA, rounds=2, setup=[GGEUR(target_per_class=50, samples_per_prototype=20)], server_steps=[ServerFinetune(public, epochs=2)]
+            run_dir,
+            data=DATA,
+            rounds=2,
+            setup=[GGEUR(target_per_class=50, samples_per_prototype=20)],
+            server_steps=[ServerFinetune(public, epochs=2)],
         ),
         tmp_path,
     )
@@ -77,10 +85,14 @@ class Embedded(DataSource):
         from flsuite.data.base import ClientData
 
         encoder, images = CountingEncoder(), make_images(40, channels=3)
-        x = extract_features(encoder, images, batch_size=8, cache_dir=self.cache_dir, dataset_key={"domain": "d0", "pool": "all"})
+        x = extract_features(
+            encoder, images, batch_size=8, cache_dir=self.cache_dir, dataset_key={"domain": "d0", "pool": "all"}
+        )
         y = torch.arange(40) % 2
         return FederatedData(
-            [ClientData(0, "d0", Split(x[:15], y[:15])), ClientData(1, "d0", Split(x[15:30], y[15:30]))], {"d0": Split(x[30:], y[30:])}, num_classes=2
+            [ClientData(0, "d0", Split(x[:15], y[:15])), ClientData(1, "d0", Split(x[15:30], y[15:30]))],
+            {"d0": Split(x[30:], y[30:])},
+            num_classes=2,
         )
 
 
@@ -126,14 +138,24 @@ PROBE = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not torch.version.cuda or torch.cuda.is_available(), reason="the probe warns only on a CUDA build of torch without a GPU")
+@pytest.mark.skipif(
+    not torch.version.cuda or torch.cuda.is_available(),
+    reason="the probe warns only on a CUDA build of torch without a GPU",
+)
 def test_the_compiled_loop_does_not_print_torchs_cuda_probe_warning(tmp_path):
     """A fresh process (the warning comes once per process, when inductor first imports torch.utils.cpp_extension),
     CUDA_HOME pointing at a folder so that the probe finds a "toolkit", and an empty inductor cache (the compilation
     runs): the compiled fit does not print the warning; the control after it, torch's probe run again in that
     process (a reload of the module), does."""
-    env = {**os.environ, "CUDA_HOME": str(tmp_path), "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    fit = subprocess.run([sys.executable, "-c", PROBE], check=False, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "CUDA_HOME": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    fit = subprocess.run(
+        [sys.executable, "-c", PROBE], check=False, env=env, capture_output=True, text=True, timeout=600
+    )
     assert fit.returncode == 0 and "fit done" in fit.stdout, fit.stderr
     during, _, control = fit.stderr.partition("--- control ---")
     assert "No CUDA runtime is found" in control, fit.stderr  # the condition holds here
@@ -160,6 +182,8 @@ def test_a_server_fit_in_a_process_without_client_fits_prints_no_lightning_banne
     """Under Ray the clients fit on workers, so the driver's first Trainer is a server fit's (FKPL's head, FedEGG,
     generators): it is as quiet as a client fit (no "GPU available", tips, or Lightning's pytree deprecation)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    fit = subprocess.run([sys.executable, "-c", SERVER_FIT], check=False, env=env, capture_output=True, text=True, timeout=300)
+    fit = subprocess.run(
+        [sys.executable, "-c", SERVER_FIT], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
     assert fit.returncode == 0 and "fit done" in fit.stdout, fit.stderr
     assert "GPU available" not in fit.stderr and "lightning" not in fit.stderr, fit.stderr

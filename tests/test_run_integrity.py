@@ -30,7 +30,14 @@ SMALL = {**SMALL_CONFIG, "name": "integrity"}
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true", **extra}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        **extra,
+    }
     for key in ("WANDB_SWEEP_ID", "WANDB_RUN_ID"):
         env.pop(key, None)
     return env
@@ -97,10 +104,18 @@ def wandb_run_record(log: Path):
 # ---- 1. one run per folder -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_two_runs_started_at_the_same_moment_get_two_consistent_folders(tmp_path):
-    cfg = write_config(tmp_path / "run.yaml", {**SMALL, "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True, "project": "t"}})
+    cfg = write_config(
+        tmp_path / "run.yaml",
+        {**SMALL, "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True, "project": "t"}},
+    )
     variants = {2: "0.05", 3: "0.1"}  # rounds -> lr: each folder must hold exactly one of them
     procs = [
-        subprocess.Popen([*CLI, "--config", str(cfg), f"--rounds={r}", f"--local.lr={lr}"], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [*CLI, "--config", str(cfg), f"--rounds={r}", f"--local.lr={lr}"],
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for r, lr in variants.items()
     ]
     for p in procs:
@@ -112,7 +127,9 @@ def test_two_runs_started_at_the_same_moment_get_two_consistent_folders(tmp_path
     for folder in folders:
         config = yaml.safe_load((folder / "config.yaml").read_text())
         rounds = [json.loads(line)["round"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        assert rounds == list(range(1, config["rounds"] + 1)), f"{folder.name}: metrics do not belong to its config.yaml"
+        assert rounds == list(range(1, config["rounds"] + 1)), (
+            f"{folder.name}: metrics do not belong to its config.yaml"
+        )
         assert str(config["local"]["lr"]) == variants[config["rounds"]]
         logs = offline_runs(folder)
         assert len(logs) == 1, f"{folder.name}: expected one offline W&B run"
@@ -144,13 +161,27 @@ def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the
     """A real SIGINT to a real `flsuite fit` mid-run (Lightning would turn a KeyboardInterrupt into exit 1)."""
     rounds = 12
     # Client fits dominate a round (several epochs of small batches), so the signal lands inside Lightning's Trainer.fit.
-    cfg = {**SMALL, "rounds": rounds, "local": {"epochs": 6, "batch_size": 8, "lr": 0.02}, "wandb": {"enabled": True, "project": "t"}}
+    cfg = {
+        **SMALL,
+        "rounds": rounds,
+        "local": {"epochs": 6, "batch_size": 8, "lr": 0.02},
+        "wandb": {"enabled": True, "project": "t"},
+    }
     config = write_config(tmp_path / "run.yaml", cfg)
     run_dir = tmp_path / "interrupted"
-    proc = subprocess.Popen([*CLI, "--config", str(config), "--run_dir", str(run_dir)], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, "--config", str(config), "--run_dir", str(run_dir)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+    while (
+        time.time() < deadline
+        and proc.poll() is None
+        and not (metrics.is_file() and metrics.read_text().count("\n") >= 1)
+    ):
         time.sleep(0.01)
     time.sleep(0.1)  # into the next round's client fits
     proc.send_signal(signal.SIGINT)
@@ -162,9 +193,16 @@ def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the
     assert 1 <= done < rounds, f"the interrupt came too late to test anything (round {done})"
     assert wandb_exit_code(offline_runs(run_dir)[0]) == 255  # W&B's convention for Ctrl-C: shown as not finished
 
-    code, _, err = run_cli(["fit", "--config", str(run_dir / "config.yaml"), "--resume", str(run_dir), "--wandb.enabled=false"], capsys)
+    code, _, err = run_cli(
+        ["fit", "--config", str(run_dir / "config.yaml"), "--resume", str(run_dir), "--wandb.enabled=false"], capsys
+    )
     assert code == 0, err
-    assert run_cli(["fit", "--config", str(config), "--run_dir", str(tmp_path / "full"), "--wandb.enabled=false"], capsys)[0] == 0
+    assert (
+        run_cli(["fit", "--config", str(config), "--run_dir", str(tmp_path / "full"), "--wandb.enabled=false"], capsys)[
+            0
+        ]
+        == 0
+    )
     assert metrics.read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
 
 
@@ -201,7 +239,9 @@ def test_failed_run_is_recorded_as_failed_in_wandb(monkeypatch, tmp_path):
 
 def test_finished_run_is_labelled_for_the_dashboard(monkeypatch, tmp_path):
     wandb_cfg = offline_wandb(monkeypatch, tmp_path)
-    head_federation(tmp_path / "run", rounds=2, name="exp-a", method=FedAvg(), wandb=wandb_cfg).fit(config_yaml="seed: 7\n")
+    head_federation(tmp_path / "run", rounds=2, name="exp-a", method=FedAvg(), wandb=wandb_cfg).fit(
+        config_yaml="seed: 7\n"
+    )
     (log,) = offline_runs(tmp_path / "run")
     assert wandb_exit_code(log) == 0
     run = wandb_run_record(log)
@@ -246,15 +286,27 @@ OLD = {
         ({"seed": 1}, ["seed"], []),
         ({"rounds": 20}, [], ["rounds"]),
         ({"rounds": 5}, ["rounds"], []),
-        ({"data": {"class_path": "X", "init_args": {"beta": 0.1, "cache_dir": ".cache/features"}}}, ["data.init_args.beta"], []),
-        ({"data": {"class_path": "X", "init_args": {"beta": 0.5, "cache_dir": "/scratch/f"}}}, [], ["data.init_args.cache_dir"]),
+        (
+            {"data": {"class_path": "X", "init_args": {"beta": 0.1, "cache_dir": ".cache/features"}}},
+            ["data.init_args.beta"],
+            [],
+        ),
+        (
+            {"data": {"class_path": "X", "init_args": {"beta": 0.5, "cache_dir": "/scratch/f"}}},
+            [],
+            ["data.init_args.cache_dir"],
+        ),
         ({"local": {"lr": 0.1}, "progress": False}, ["local.lr"], ["progress"]),
         (
             {"wandb": {"project": "q", "tags": ["x"]}, "run_dir": None, "checkpoint_every": 5},
             [],
             ["checkpoint_every", "run_dir", "wandb.project", "wandb.tags"],
         ),
-        ({"executor": {"class_path": "RayExecutor", "init_args": {"num_cpus": 2}}}, [], ["executor.class_path", "executor.init_args.num_cpus"]),
+        (
+            {"executor": {"class_path": "RayExecutor", "init_args": {"num_cpus": 2}}},
+            [],
+            ["executor.class_path", "executor.init_args.num_cpus"],
+        ),
         ({"setup": [{"class_path": "GGEUR"}]}, ["setup", "setup.0.class_path"], []),
         ({"model": {"class_path": "MLP"}}, ["model.class_path"], []),
     ],
@@ -277,7 +329,10 @@ def test_resume_with_another_seed_is_refused_before_anything_is_rewritten(tmp_pa
     run_dir = tmp_path / "run"
     assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(run_dir)], capsys)[0] == 0
     before = folder_digest(run_dir)
-    code, _, err = run_cli(["fit", "--config", str(cfg), "--rounds", "4", "--seed", "6", "--local.lr", "0.2", "--resume", str(run_dir)], capsys)
+    code, _, err = run_cli(
+        ["fit", "--config", str(cfg), "--rounds", "4", "--seed", "6", "--local.lr", "0.2", "--resume", str(run_dir)],
+        capsys,
+    )
     assert code == 2, err
     assert "seed" in err and "local.lr" in err and "rounds" not in err.split("experiment")[1].split("Resume")[0]
     assert folder_digest(run_dir) == before
@@ -288,7 +343,9 @@ def test_resume_extending_rounds_continues_and_names_the_changed_keys(tmp_path, 
     run_dir = tmp_path / "run"
     assert run_cli(["fit", "--config", str(cfg), "--run_dir", str(run_dir)], capsys)[0] == 0
     with caplog.at_level("WARNING", logger="flsuite.runfolder"):
-        code, _, err = run_cli(["fit", "--config", str(cfg), "--rounds", "3", "--progress", "true", "--resume", str(run_dir)], capsys)
+        code, _, err = run_cli(
+            ["fit", "--config", str(cfg), "--rounds", "3", "--progress", "true", "--resume", str(run_dir)], capsys
+        )
     assert code == 0, err
     assert "progress" in caplog.text and "rounds" in caplog.text
     assert [json.loads(r)["round"] for r in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
@@ -313,17 +370,27 @@ def make_office_folder(root: Path, corrupt: bool = False) -> None:
 
 
 def office_config(**init_args) -> dict:
-    data = {"class_path": "flsuite.data.benchmarks.Benchmark", "init_args": {"suite": "office_caltech10", "image_size": 8, **init_args}}
+    data = {
+        "class_path": "flsuite.data.benchmarks.Benchmark",
+        "init_args": {"suite": "office_caltech10", "image_size": 8, **init_args},
+    }
     return {**SMALL, "rounds": 1, "data": data, "model": {"class_path": "flsuite.models.heads.Linear"}}
 
 
 @pytest.mark.parametrize("explicit_run_dir", [False, True])
-def test_missing_data_folder_names_the_key_and_file_and_leaves_no_run_folder(tmp_path, capsys, monkeypatch, explicit_run_dir):
+def test_missing_data_folder_names_the_key_and_file_and_leaves_no_run_folder(
+    tmp_path, capsys, monkeypatch, explicit_run_dir
+):
     """A run that fails before its first round (here: building its data) leaves no run folder and no W&B run: the
     folder is created only once the data is built (`Federation._fit`)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     cfg = write_config(
-        tmp_path / "run.yaml", {**office_config(root=str(tmp_path / "missing")), "output_dir": str(tmp_path / "runs"), "wandb": {"enabled": True}}
+        tmp_path / "run.yaml",
+        {
+            **office_config(root=str(tmp_path / "missing")),
+            "output_dir": str(tmp_path / "runs"),
+            "wandb": {"enabled": True},
+        },
     )
     run_dir = ["--run_dir", str(tmp_path / "run")] if explicit_run_dir else []
     code, out, err = run_cli(["fit", "--config", str(cfg), *run_dir], capsys)
@@ -357,7 +424,9 @@ def test_relative_data_root_resolves_against_flsuite_data_from_any_working_direc
     monkeypatch.setenv("FLSUITE_DATA", str(tmp_path / "datasets"))
     code, _, err = run_cli(["fit", "--config", str(cfg), "--run_dir", str(tmp_path / "run")], capsys)
     assert code == 0, err
-    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["init_args"]["root"] == "office"  # as written
+    assert (
+        yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["init_args"]["root"] == "office"
+    )  # as written
 
 
 def test_relative_feature_cache_resolves_against_flsuite_cache(tmp_path, monkeypatch):
@@ -368,7 +437,9 @@ def test_relative_feature_cache_resolves_against_flsuite_cache(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FLSUITE_DATA", str(tmp_path / "datasets"))
     monkeypatch.setenv("FLSUITE_CACHE", str(tmp_path / "cache_base"))
-    Benchmark("office_caltech10", root=Path("office"), encoder=CountingEncoder(), cache_dir=Path("features"), image_size=8).build(0)
+    Benchmark(
+        "office_caltech10", root=Path("office"), encoder=CountingEncoder(), cache_dir=Path("features"), image_size=8
+    ).build(0)
     assert any((tmp_path / "cache_base" / "features").rglob("*")), "nothing was cached under $FLSUITE_CACHE/features"
     assert not (tmp_path / "features").exists()
 
@@ -388,7 +459,9 @@ def test_paths_resolve_against_their_bases(monkeypatch, tmp_path):
 # ---- everyday use --------------------------------------------------------------------------------------------
 def test_short_class_names_on_the_command_line_and_in_yaml(tmp_path, capsys):
     cfg = write_config(tmp_path / "run.yaml", {**SMALL, "method": {"class_path": "FedProx"}})
-    code, out, err = run_cli(["fit", "--config", str(cfg), "--executor", "RayExecutor", "--model", "MLP", "--print_config"], capsys)
+    code, out, err = run_cli(
+        ["fit", "--config", str(cfg), "--executor", "RayExecutor", "--model", "MLP", "--print_config"], capsys
+    )
     assert code == 0, err
     resolved = yaml.safe_load(out)
     assert resolved["method"]["class_path"] == "flsuite.methods.fedprox.FedProx"
@@ -399,7 +472,21 @@ def test_short_class_names_on_the_command_line_and_in_yaml(tmp_path, capsys):
 def test_help_lists_every_method_and_version_is_printed(capsys):
     code, out, _ = run_cli(["fit", "--help"], capsys)
     assert code == 0
-    for name in ("FedProx", "Scaffold", "MOON", "FedDyn", "FedOpt", "FedProto", "FedNTD", "FedMix", "FedFA", "GGEUR", "RayExecutor", "SmallCNN", "Benchmark"):
+    for name in (
+        "FedProx",
+        "Scaffold",
+        "MOON",
+        "FedDyn",
+        "FedOpt",
+        "FedProto",
+        "FedNTD",
+        "FedMix",
+        "FedFA",
+        "GGEUR",
+        "RayExecutor",
+        "SmallCNN",
+        "Benchmark",
+    ):
         assert name in out, name
     import flsuite
 
@@ -409,16 +496,30 @@ def test_help_lists_every_method_and_version_is_printed(capsys):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("rounds: [1,\n", "is not valid YAML (line 2"), ("", "is empty"), ("# nothing\n", "is empty"), ("- 1\n", "must hold a mapping")],
+    [
+        ("rounds: [1,\n", "is not valid YAML (line 2"),
+        ("", "is empty"),
+        ("# nothing\n", "is empty"),
+        ("- 1\n", "must hold a mapping"),
+    ],
 )
 def test_malformed_or_empty_yaml_names_the_file(tmp_path, capsys, text, expected):
     bad = tmp_path / "broken.yaml"
     bad.write_text(text)
-    code, _, err = run_cli(["fit", "--config", str(write_config(tmp_path / "base.yaml", SMALL)), "--config", str(bad)], capsys)
+    code, _, err = run_cli(
+        ["fit", "--config", str(write_config(tmp_path / "base.yaml", SMALL)), "--config", str(bad)], capsys
+    )
     assert code == 2 and str(bad) in err and expected in err
 
 
-@pytest.mark.parametrize("overlay", [{"lokal": 1}, {"local": {"epochz": 2}}, {"method": {"class_path": "FedAvg", "init_args": {"weightin": "uniform"}}}])
+@pytest.mark.parametrize(
+    "overlay",
+    [
+        {"lokal": 1},
+        {"local": {"epochz": 2}},
+        {"method": {"class_path": "FedAvg", "init_args": {"weightin": "uniform"}}},
+    ],
+)
 def test_unknown_key_names_the_config_file_that_holds_it(tmp_path, capsys, overlay):
     base = write_config(tmp_path / "base.yaml", SMALL)
     extra = write_config(tmp_path / "overlay.yaml", overlay)
@@ -458,13 +559,29 @@ def test_options_added_after_a_run_started_do_not_block_its_resume_at_their_defa
     defaults = option_defaults()
     assert defaults["local.loop"] == "auto" and defaults["local.lr_milestones"] == []
     old = {"seed": 0, "local": {"lr": 0.01}}
-    new = {"seed": 0, "local": {"lr": 0.01, "loop": "auto", "lr_milestones": [], "augment": {"hflip": False}}, "protocol": None}
+    new = {
+        "seed": 0,
+        "local": {"lr": 0.01, "loop": "auto", "lr_milestones": [], "augment": {"hflip": False}},
+        "protocol": None,
+    }
     assert check_resume_config(yaml.safe_dump(old), yaml.safe_dump(new), "r", defaults=option_defaults).blocking == []
     # a run begun when the default was `lean` (its config says so) resumes under the new default `auto`, which
     # continues on the loop the run began with; an explicit other loop would change the experiment
     began_lean = {"seed": 0, "local": {"lr": 0.01, "loop": "lean"}}
-    assert check_resume_config(yaml.safe_dump(began_lean), yaml.safe_dump(new), "r", defaults=option_defaults).allowed == ["local.loop"]
+    assert check_resume_config(
+        yaml.safe_dump(began_lean), yaml.safe_dump(new), "r", defaults=option_defaults
+    ).allowed == ["local.loop"]
     with pytest.raises(ValueError, match=r"local.loop: 'lean' -> 'compiled'"):
-        check_resume_config(yaml.safe_dump(began_lean), yaml.safe_dump({**new, "local": {**new["local"], "loop": "compiled"}}), "r", defaults=option_defaults)
+        check_resume_config(
+            yaml.safe_dump(began_lean),
+            yaml.safe_dump({**new, "local": {**new["local"], "loop": "compiled"}}),
+            "r",
+            defaults=option_defaults,
+        )
     with pytest.raises(ValueError, match=r"local.loop: \(absent\) -> 'standard'"):
-        check_resume_config(yaml.safe_dump(old), yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}), "r", defaults=option_defaults)
+        check_resume_config(
+            yaml.safe_dump(old),
+            yaml.safe_dump({**new, "local": {**new["local"], "loop": "standard"}}),
+            "r",
+            defaults=option_defaults,
+        )

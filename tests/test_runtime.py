@@ -41,7 +41,10 @@ def test_auto_gives_a_thread_per_share_of_work_and_leaves_one_core_to_the_machin
     assert auto.resolve(LARGE, cores=8, spare=0)["intra_op"] == 8
     assert auto.resolve(LARGE, cores=2)["intra_op"] == 1
     assert auto.resolve(LARGE, cores=1)["intra_op"] == 1
-    assert auto.resolve(LARGE, cores=8)["source"] == f"auto ({LARGE / 1e9:.3g} GFLOP per step, 8 cores, 1 spare, 1 parallel)"
+    assert (
+        auto.resolve(LARGE, cores=8)["source"]
+        == f"auto ({LARGE / 1e9:.3g} GFLOP per step, 8 cores, 1 spare, 1 parallel)"
+    )
     assert auto.resolve(LARGE, cores=8)["inter_op"] == 1
 
 
@@ -125,7 +128,10 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
         "progress": False,
         "wandb": {"enabled": False},
         "run_dir": str(tmp_path / "run"),
-        "data": {"class_path": "flsuite.data.builtin.GaussianFeatures", "init_args": {"dim": 8, "samples_per_client": 32}},
+        "data": {
+            "class_path": "flsuite.data.builtin.GaussianFeatures",
+            "init_args": {"dim": 8, "samples_per_client": 32},
+        },
         "model": {"class_path": "flsuite.models.heads.Linear"},
         "threads": {"intra_op": 3},
     }
@@ -144,7 +150,10 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
     cfg = {
         "name": "threads",
         "rounds": 1,
-        "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean"], "clients_per_domain": 1}},
+        "data": {
+            "class_path": "flsuite.data.builtin.UCIDigitsDomains",
+            "init_args": {"domains": ["clean"], "clients_per_domain": 1},
+        },
         "model": {"class_path": "flsuite.models.heads.SmallCNN", "init_args": {"channels": [4], "hidden": 8}},
         "local": {"epochs": 1, "batch_size": 64},
     }
@@ -169,7 +178,15 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
         "--runs",
         str(tmp_path / "runs"),
     ]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    done = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for variant in ("a", "b"):
         threads = json.loads((tmp_path / "runs" / "t" / variant / "seed0" / "environment.json").read_text())["threads"]
@@ -189,7 +206,9 @@ def _tiny_client_env(samples: int = 70, epochs: int = 3):
     g = torch.Generator().manual_seed(3)
     split = Split(torch.randn(samples, 12, generator=g), torch.randint(0, 4, (samples,), generator=g))
     fed = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=4)
-    return ClientEnvironment(fed, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0)
+    return ClientEnvironment(
+        fed, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0
+    )
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -295,16 +314,26 @@ def test_ray_workers_get_their_share_of_the_cpus(local_ray):
 
             for name in (THREADS_ENV, PARALLEL_ENV):
                 os.environ.pop(name, None)
-            os.environ["OMP_NUM_THREADS"] = str(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+            os.environ["OMP_NUM_THREADS"] = str(
+                max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+            )
             super().__init__(env, torch_threads)
 
         def threads(self) -> int:
             return torch.get_num_threads()
 
     big_batch = LocalTraining(batch_size=2**10)
-    images = ClientEnvironment(UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0), SmallCNN(), HyperParameters(FedAvg()), big_batch, 0)
+    images = ClientEnvironment(
+        UCIDigitsDomains(domains=["clean"], clients_per_domain=1).build(0),
+        SmallCNN(),
+        HyperParameters(FedAvg()),
+        big_batch,
+        0,
+    )
     assert images.step_flops() >= 2 * FLOPS_PER_THREAD
-    features = ClientEnvironment(GaussianFeatures(samples_per_client=8).build(0), Linear(), HyperParameters(FedAvg()), LocalTraining(), 0)
+    features = ClientEnvironment(
+        GaussianFeatures(samples_per_client=8).build(0), Linear(), HyperParameters(FedAvg()), LocalTraining(), 0
+    )
     ray = local_ray
     ray_workers.release_idle_workers()
 

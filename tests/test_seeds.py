@@ -30,7 +30,9 @@ def clients_of(data) -> list[tuple]:
 
 
 def same(a: list[tuple], b: list[tuple]) -> bool:
-    return len(a) == len(b) and all(x[0] == y[0] and all(torch.equal(p, q) for p, q in zip(x[1:], y[1:])) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x[0] == y[0] and all(torch.equal(p, q) for p, q in zip(x[1:], y[1:])) for x, y in zip(a, b)
+    )
 
 
 def raw(tmp_path, **seeds):
@@ -135,7 +137,9 @@ def test_compare_groups_a_grid_of_training_seeds_as_one_experiment(tmp_path):
     base = {"method": {"class_path": "flsuite.methods.fedavg.FedAvg"}, "rounds": 5, "last_k": 2}
     grid = [(0, None), (0, 1), (0, 2), (1, None)]
     for i, (seed, train) in enumerate(grid):
-        make_run(tmp_path / f"r{i}", [{"a": 50.0 + i, "b": 60.0}] * 5, 2, config=base | {"seed": seed, "train_seed": train})
+        make_run(
+            tmp_path / f"r{i}", [{"a": 50.0 + i, "b": 60.0}] * 5, 2, config=base | {"seed": seed, "train_seed": train}
+        )
     groups = group_by_experiment(sorted(tmp_path.iterdir()))
     assert list(groups) == ["FedAvg"] and len(groups["FedAvg"]) == 4
     runs = [load_run(p) for p in groups["FedAvg"]]
@@ -173,7 +177,21 @@ def test_a_study_grid_of_data_and_training_seeds(tmp_path, monkeypatch, capsys):
     assert (resolved["seed"], resolved["data_seed"], resolved["train_seed"]) == (0, None, 2)
 
     runs = tmp_path / "runs"
-    argv = ["study.py", "--name", "s", "--base", str(base), "--variant", "base=", "--seeds", "0", "--workers", "1", "--runs", str(runs)]
+    argv = [
+        "study.py",
+        "--name",
+        "s",
+        "--base",
+        str(base),
+        "--variant",
+        "base=",
+        "--seeds",
+        "0",
+        "--workers",
+        "1",
+        "--runs",
+        str(runs),
+    ]
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "argv", [*argv, "--train_seeds", "1", str(2**32)])
     with pytest.raises(SystemExit, match=r"--seeds and --train_seeds must be integers in \[0, 2\*\*32\).*4294967296"):
@@ -199,7 +217,11 @@ def test_server_held_data_follows_the_data_seed(tmp_path):
     from flsuite.federation.server import PublicData, ServerFinetune
 
     def public(**seeds) -> tuple:
-        step = ServerFinetune(PublicData(GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=20)))
+        step = ServerFinetune(
+            PublicData(
+                GaussianFeatures(dim=8, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=20)
+            )
+        )
         step.prepare(SimpleNamespace(settings=head_federation(tmp_path, **seeds).settings()))
         assert step._split is not None
         return step._split.x, step._split.y

@@ -30,7 +30,19 @@ def test_the_sample_keeps_the_rows_variants_and_writes_elsewhere(check, tmp_path
         "--workers 2 --out docs/results/s.md --html s.html -- --rounds 3"
     )
     argv = check.sample_argv(command, ["+ X"], tmp_path / "runs", tmp_path / "o.md", None)
-    assert argv == ["--name", "s", "--base", "b.yaml", "--variant", "+ X=x.yaml", "--seeds", "0", "1", "--workers", "2"] + [
+    assert argv == [
+        "--name",
+        "s",
+        "--base",
+        "b.yaml",
+        "--variant",
+        "+ X=x.yaml",
+        "--seeds",
+        "0",
+        "1",
+        "--workers",
+        "2",
+    ] + [
         "--runs",
         str(tmp_path / "runs"),
         "--out",
@@ -41,7 +53,10 @@ def test_the_sample_keeps_the_rows_variants_and_writes_elsewhere(check, tmp_path
     ]
     grid = "python experiments/study.py --name s --base b.yaml --variant 'P [mu 1]=--m=1' --variant 'P [mu 2]=--m=2' --variant Q= --select_on val"
     kept = check.sample_argv(grid, ["P [mu 2]"], tmp_path, tmp_path / "o.md", 1)
-    assert [kept[i + 1] for i, a in enumerate(kept) if a == "--variant"] == ["P [mu 1]=--m=1", "P [mu 2]=--m=2"]  # the group
+    assert [kept[i + 1] for i, a in enumerate(kept) if a == "--variant"] == [
+        "P [mu 1]=--m=1",
+        "P [mu 2]=--m=2",
+    ]  # the group
     with pytest.raises(SystemExit, match="not `python experiments/study.py ...` but 'bash experiments/x.sh'"):
         check.sample_argv("bash experiments/x.sh", ["A"], tmp_path, tmp_path / "o.md", None)
     with pytest.raises(SystemExit, match=r"row\(s\) \['Z'\] are not variants"):
@@ -54,7 +69,10 @@ TINY = {
     "name": "tiny",
     "seed": 0,
     "rounds": 2,
-    "data": {"class_path": "flsuite.data.builtin.UCIDigitsDomains", "init_args": {"domains": ["clean", "inverted"], "clients_per_domain": 1, "beta": 0.5}},
+    "data": {
+        "class_path": "flsuite.data.builtin.UCIDigitsDomains",
+        "init_args": {"domains": ["clean", "inverted"], "clients_per_domain": 1, "beta": 0.5},
+    },
     "model": {"class_path": "flsuite.models.heads.SmallCNN", "init_args": {"channels": [4, 8], "hidden": 16}},
     "local": {"epochs": 1, "batch_size": 32, "lr": 0.02},
     "threads": {"intra_op": 1},
@@ -69,7 +87,17 @@ def committed_table(tmp: Path) -> Path:
     base = tmp / "tiny.yaml"
     base.write_text(yaml.safe_dump(TINY))
     study, table = load_experiment("study"), tmp / "t.md"
-    argv = ["study.py", "--name", "t", "--base", str(base), "--variant", "FedAvg=", "--variant", "lr 0.05=--local.lr=0.05"]
+    argv = [
+        "study.py",
+        "--name",
+        "t",
+        "--base",
+        str(base),
+        "--variant",
+        "FedAvg=",
+        "--variant",
+        "lr 0.05=--local.lr=0.05",
+    ]
     argv += ["--seeds", "0", "--workers", "2", "--runs", str(tmp / "runs"), "--out", str(table), "--", "--rounds", "2"]
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()):
         pool = study_in_this_process(study, mp)
@@ -106,7 +134,11 @@ def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Pat
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh1")]) == 0
     out = capsys.readouterr().out
     assert f"| 1 | FedAvg | AVG | {avg} | {avg} | same |" in out and "DIFFERS" not in out
-    assert "| 3 | FedAvg | bytes up / run |" in out and "| 3 | FedAvg | s / round |" in out and "(wall time, not judged)" in out
+    assert (
+        "| 3 | FedAvg | bytes up / run |" in out
+        and "| 3 | FedAvg | s / round |" in out
+        and "(wall time, not judged)" in out
+    )
     assert "lr 0.05" not in out and not (tmp_path / "fresh1" / "t" / "lr-0-05").exists()  # only the sample ran
     assert len(ran) == 1 and (tmp_path / "fresh1" / "t" / "fedavg" / "seed0" / "summary.json").is_file()
 

@@ -59,11 +59,16 @@ def test_study_reuses_the_same_run_and_reruns_one_whose_config_differs(study, ba
     assert study.needs_run(run_dir, base, "--local.lr=0.5", 0, []) is True  # the variant now sets another learning rate
     out = capsys.readouterr().out
     moved = next((run_dir.parent / ".replaced").iterdir())
-    assert f"{run_dir}: not reused, runs again (its config differs: local.lr: 0.01 -> 0.5); the old run is now {moved}" in out
+    assert (
+        f"{run_dir}: not reused, runs again (its config differs: local.lr: 0.01 -> 0.5); the old run is now {moved}"
+        in out
+    )
     assert not run_dir.exists() and (moved / "summary.json").is_file()
 
 
-def test_study_continues_a_killed_run_of_the_same_experiment_and_restarts_one_of_other_code(study, base: Path, tmp_path: Path, capsys):
+def test_study_continues_a_killed_run_of_the_same_experiment_and_restarts_one_of_other_code(
+    study, base: Path, tmp_path: Path, capsys
+):
     run_dir = tmp_path / "runs" / "s" / "base" / "seed0"
     fit(study, base, run_dir)
     (run_dir / "summary.json").unlink()  # killed after its last checkpoint
@@ -77,7 +82,9 @@ def test_study_continues_a_killed_run_of_the_same_experiment_and_restarts_one_of
 
 
 @pytest.mark.slow
-def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(study, base: Path, tmp_path: Path, monkeypatch, capsys):
+def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(
+    study, base: Path, tmp_path: Path, monkeypatch, capsys
+):
     """The whole driver: a finished run of the same experiment is reused (no fit), one of another commit is rerun by
     `flsuite fit` (recording the commit it runs), the old folder kept aside; the table is the new run's. The driver's
     `flsuite` commands run in this process (`study_in_this_process`: the decisions are the driver's, not its processes')."""
@@ -85,24 +92,50 @@ def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(
     runs = tmp_path / "runs"
     run_dir = runs / "s" / "base" / "seed0"
     fit(study, base, run_dir)
-    argv = ["study.py", "--name", "s", "--base", str(base), "--variant", "base=", "--seeds", "0", "--workers", "1", "--runs", str(runs)]
+    argv = [
+        "study.py",
+        "--name",
+        "s",
+        "--base",
+        str(base),
+        "--variant",
+        "base=",
+        "--seeds",
+        "0",
+        "--workers",
+        "1",
+        "--runs",
+        str(runs),
+    ]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(tmp_path / "first.md")])
     monkeypatch.chdir(ROOT)
     capsys.readouterr()
     study.main()
     out = capsys.readouterr().out
-    assert f"reusing 1 finished run(s): same config and code ({study_label()})" in out and "exit" not in out and pool.runs == 0
+    assert (
+        f"reusing 1 finished run(s): same config and code ({study_label()})" in out
+        and "exit" not in out
+        and pool.runs == 0
+    )
     stamp = (run_dir / "summary.json").stat().st_mtime_ns
 
     fake_commit(run_dir, "f" * 40)
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(tmp_path / "second.md")])
     study.main()
     out = capsys.readouterr().out
-    assert f"{run_dir}: not reused, runs again (it was made by code ffffffffff" in out and "base seed 0: exit 0" in out and pool.runs == 1
+    assert (
+        f"{run_dir}: not reused, runs again (it was made by code ffffffffff" in out
+        and "base seed 0: exit 0" in out
+        and pool.runs == 1
+    )
     moved = next((run_dir.parent / ".replaced").iterdir())
     assert json.loads((moved / "environment.json").read_text())["code"]["commit"] == "f" * 40
-    assert json.loads((run_dir / "environment.json").read_text())["code"]["commit"] != "f" * 40  # the commit checked out
-    assert (run_dir / "summary.json").stat().st_mtime_ns != stamp and (tmp_path / "second.md").read_text().count("| base |") == 2
+    assert (
+        json.loads((run_dir / "environment.json").read_text())["code"]["commit"] != "f" * 40
+    )  # the commit checked out
+    assert (run_dir / "summary.json").stat().st_mtime_ns != stamp and (tmp_path / "second.md").read_text().count(
+        "| base |"
+    ) == 2
 
 
 def study_label() -> str:
@@ -133,7 +166,9 @@ def test_fedegg_study_reruns_a_run_of_another_commit_or_config_and_reuses_the_sa
     monkeypatch.setattr(fedegg, "federation", lambda cfg, configs, seed, setting: Finished(Path(cfg.run_dir)))
     run_dir = fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0)
     assert made == [run_dir] and run_dir == tmp_path / "runs" / "table" / "dir0.1" / "FedAvg_LH" / "seed0"
-    assert fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0) == run_dir and len(made) == 1  # reused
+    assert (
+        fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0) == run_dir and len(made) == 1
+    )  # reused
     capsys.readouterr()
 
     fake_commit(run_dir, "f" * 40)

@@ -98,7 +98,12 @@ class NodeCounter:
 
     def __init__(self, address: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", COUNT_NODES, address], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+            [sys.executable, "-c", COUNT_NODES, address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
@@ -117,7 +122,9 @@ class NodeCounter:
                 break
             if line.startswith(prefix):
                 return line[len(prefix) :].strip()
-        raise RuntimeError(f"the node counter gave no {prefix} line within {timeout_s:.0f} s (exit status {self.proc.poll()})")
+        raise RuntimeError(
+            f"the node counter gave no {prefix} line within {timeout_s:.0f} s (exit status {self.proc.poll()})"
+        )
 
     def alive(self) -> int:
         self.proc.stdin.write("\n")
@@ -162,12 +169,24 @@ def cluster():
         pytest.skip("stopping the test cluster reads /proc (Linux)")
     temp_dir = tempfile.mkdtemp(prefix="flray", dir="/tmp")  # short: Ray's socket paths live under it
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        **AUTH,
+    }
     env.pop("RAY_ADDRESS", None)
     own = ("--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={temp_dir}")
     counter = None
     try:
-        ray_cli("start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", *own, env={**env, **HEALTH_CHECKS})
+        ray_cli(
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            *own,
+            env={**env, **HEALTH_CHECKS},
+        )
 
         def start_second_node() -> None:
             ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
@@ -211,7 +230,14 @@ CONFIG = {
     "rounds": 3,
     "data": {
         "class_path": "flsuite.data.builtin.GaussianFeatures",
-        "init_args": {"dim": 8, "num_classes": 3, "num_domains": 2, "clients_per_domain": 3, "samples_per_client": 40, "test_per_domain": 40},
+        "init_args": {
+            "dim": 8,
+            "num_classes": 3,
+            "num_domains": 2,
+            "clients_per_domain": 3,
+            "samples_per_client": 40,
+            "test_per_domain": 40,
+        },
     },
     "model": {"class_path": "flsuite.models.heads.Linear"},
     "local": {"epochs": 2, "batch_size": 16, "lr": 0.05},
@@ -230,7 +256,11 @@ ON_THE_CLUSTER = [
 def fit(tmp_path: Path, name: str, cluster: str | None, *args: str) -> subprocess.CompletedProcess:
     """`flsuite fit` as a user runs it, in its own process (on the cluster: `address: auto` finds it via RAY_ADDRESS)."""
     config = write_config(tmp_path / "run.yaml", CONFIG)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **AUTH}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        **AUTH,
+    }
     if cluster:
         env["RAY_ADDRESS"] = cluster
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config), f"--run_dir={tmp_path / name}", *args]
@@ -255,7 +285,9 @@ def serial_metrics(tmp_path_factory) -> str:
 NODE_DEATH_DEADLINE_S = 60.0
 
 
-def wait_for_nodes_alive(cluster: LocalCluster, expected: int, deadline_s: float, poll_s: float = 0.25) -> tuple[float, list[int]]:
+def wait_for_nodes_alive(
+    cluster: LocalCluster, expected: int, deadline_s: float, poll_s: float = 0.25
+) -> tuple[float, list[int]]:
     """Count the nodes alive until the count is `expected` or `deadline_s` has passed (at least one count): the
     seconds waited and every count seen, the last one last."""
     start, seen = time.monotonic(), []

@@ -103,7 +103,9 @@ def test_ray_equals_serial_for_fedavg(tmp_path, serial_fedavg):
     assert (tmp_path / "metrics.jsonl").read_text() == serial_fedavg
 
 
-def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(tmp_path, serial_fedavg, serial_scaffold, caplog):
+def test_kept_workers_serve_the_next_run_with_the_same_metrics_and_are_released(
+    tmp_path, serial_fedavg, serial_scaffold, caplog
+):
     """`keep_workers`: the second run (another method) takes the first run's two worker processes (it starts none),
     gives them its own environment and computes its serial run's metrics; `release_idle_workers` stops them. The first
     run takes whatever workers earlier tests left idle (or starts its own): the second one must take the first's."""
@@ -182,7 +184,9 @@ def test_a_client_that_always_fails_is_dropped_and_recorded(tmp_path):
     executor = ray_executor(max_retries=1)
     with pytest.raises(ClientFailedError, match=r"client\(s\) \[1\] failed after 2 attempt"):
         head_federation(tmp_path / "fail", method=FaultyFedAvg("always"), executor=executor).fit()
-    head_federation(tmp_path / "drop", method=FaultyFedAvg("always"), executor=ray_executor(), on_client_failure="drop").fit()
+    head_federation(
+        tmp_path / "drop", method=FaultyFedAvg("always"), executor=ray_executor(), on_client_failure="drop"
+    ).fit()
     assert [r["clients_failed"] for r in records(tmp_path / "drop")] == [[], [1], []]
 
 
@@ -226,7 +230,10 @@ def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
     run(tmp_path / "serial", None)
     run(tmp_path / "ray", ray_executor())
     assert (tmp_path / "ray" / "metrics.jsonl").read_text() == (tmp_path / "serial" / "metrics.jsonl").read_text()
-    setup = [{k: v for k, v in json.loads((tmp_path / d / "setup.json").read_text()).items() if not k.endswith("seconds")} for d in ("serial", "ray")]
+    setup = [
+        {k: v for k, v in json.loads((tmp_path / d / "setup.json").read_text()).items() if not k.endswith("seconds")}
+        for d in ("serial", "ray")
+    ]
     assert setup[0] == setup[1] and setup[0]["setup/ggeur/bytes_up"] > 0
     a, b = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -256,7 +263,14 @@ def test_a_local_run_drops_rays_token_auth_opt_out_warning_for_its_own_start_onl
 
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    proc = subprocess.run([sys.executable, "-c", RAY_NOISE, str(tmp_path / "run")], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", RAY_NOISE, str(tmp_path / "run")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours, _, after = proc.stderr.partition("--- after flsuite's run ---")
     assert after, proc.stderr[-3000:]

@@ -40,7 +40,10 @@ class Stage0Reference:
 
 def row_digests(clients: list[tuple[str, np.ndarray]]) -> list[str]:
     """Each client's (domain, rows of its domain's training pool) as a short digest: the partition, compared exactly."""
-    return [hashlib.sha256(domain.encode() + np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()[:16] for domain, rows in clients]
+    return [
+        hashlib.sha256(domain.encode() + np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()[:16]
+        for domain, rows in clients
+    ]
 
 
 def encoder_key(source) -> str:
@@ -76,7 +79,9 @@ def write(config: Path) -> Path:
         "encoder": encoder_key(source),
         "rows": row_digests(source.layout(federation.seed).clients),
     }
-    bases = {f"basis_{k}": b.numpy().astype(np.float32) for k, b in enumerate(client_bases(fed, query, federation.seed))}
+    bases = {
+        f"basis_{k}": b.numpy().astype(np.float32) for k, b in enumerate(client_bases(fed, query, federation.seed))
+    }
     FOLDER.mkdir(exist_ok=True)
     path = path_for(config)
     np.savez_compressed(path, meta=np.array(json.dumps(meta, sort_keys=True)), **bases)

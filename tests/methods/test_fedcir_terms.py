@@ -34,7 +34,9 @@ def _results(heads: list[tuple[torch.Tensor, torch.Tensor]], counts: list[int], 
     model = spec.build((6,), 3)
     method.setup(model, len(heads))
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    return [ClientResult(k, n, {**base, "fc.weight": w, "fc.bias": b}) for k, ((w, b), n) in enumerate(zip(heads, counts))]
+    return [
+        ClientResult(k, n, {**base, "fc.weight": w, "fc.bias": b}) for k, ((w, b), n) in enumerate(zip(heads, counts))
+    ]
 
 
 def _heads(k: int, dtype: torch.dtype = torch.float32) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -71,7 +73,13 @@ def test_per_client_trains_the_generator_on_another_target_than_the_aggregated_h
     def generator_loss(ensemble: str, hs: list) -> float:
         method = FedCiR(ensemble=ensemble)
         results = _results(hs, counts, method)
-        ctx = RoundServer(2, seed=11, results=results, num_clients=3, build_model=lambda: ProbabilisticEncoder(**ENCODER).build((6,), 3))
+        ctx = RoundServer(
+            2,
+            seed=11,
+            results=results,
+            num_clients=3,
+            build_model=lambda: ProbabilisticEncoder(**ENCODER).build((6,), 3),
+        )
         return method.train_generator(ctx, {})[1]
 
     assert generator_loss("logits", heads) == pytest.approx(generator_loss("logits", [avg] * 3), rel=1e-6)
@@ -112,7 +120,10 @@ def test_logged_terms_and_shares_equal_a_hand_computation():
     λ_t L_t / L, and ‖∇ λ_t L_t‖ / ‖∇ L_CE‖ on the probe's batch, all by hand; `.grad` and the RNG left alone."""
     client, model, gen, mu_g, sigma_g = _client()
     g = torch.Generator().manual_seed(4)
-    batches = [(torch.randn(5, 6, generator=g), torch.tensor([0, 1, 2, 0, 1])), (torch.randn(5, 6, generator=g), torch.tensor([2, 2, 1, 0, 0]))]
+    batches = [
+        (torch.randn(5, 6, generator=g), torch.tensor([0, 1, 2, 0, 1])),
+        (torch.randn(5, 6, generator=g), torch.tensor([2, 2, 1, 0, 0])),
+    ]
     hand, fit = [], FitStatistics()
     for seed, (x, y) in zip((3, 4), batches):
         torch.manual_seed(seed)
@@ -169,18 +180,34 @@ def test_round_records_log_every_term_and_none_is_silently_zero(tmp_path):
     """Round 1 (no term on yet): only `ce`. Round 2: every term, its loss share and gradient share, each > 0, and
     the logged terms add up to the logged loss: train_loss = ce + λ_align · align + λ_reg · reg."""
     lam_reg, lam_align = 0.5, 1e-3
-    head_federation(tmp_path, rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=lam_reg, lam_align=lam_align)).fit()
+    head_federation(
+        tmp_path, rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=lam_reg, lam_align=lam_align)
+    ).fit()
     r1, r2 = (json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines())
-    assert [k for k in r1 if k.startswith("client/")] == ["client/fedcir/ce"] and r1["client/fedcir/ce"] == pytest.approx(r1["train_loss"], rel=1e-12)
+    assert [k for k in r1 if k.startswith("client/")] == ["client/fedcir/ce"] and r1[
+        "client/fedcir/ce"
+    ] == pytest.approx(r1["train_loss"], rel=1e-12)
     logged = {k.removeprefix("client/fedcir/"): v for k, v in r2.items() if k.startswith("client/")}
-    assert list(logged) == ["ce", "reg", "align", "reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_vs_ce"]
+    assert list(logged) == [
+        "ce",
+        "reg",
+        "align",
+        "reg_loss_share",
+        "align_loss_share",
+        "reg_grad_vs_ce",
+        "align_grad_vs_ce",
+    ]
     assert all(math.isfinite(v) and v > 0 for v in logged.values()), logged
-    assert r2["train_loss"] == pytest.approx(logged["ce"] + lam_align * logged["align"] + lam_reg * logged["reg"], rel=1e-6)
+    assert r2["train_loss"] == pytest.approx(
+        logged["ce"] + lam_align * logged["align"] + lam_reg * logged["reg"], rel=1e-6
+    )
     assert 0 < logged["reg_loss_share"] + logged["align_loss_share"] < 1
 
 
 def test_a_term_that_is_off_is_not_logged_and_zero_lambdas_log_nothing(tmp_path):
-    head_federation(tmp_path / "reg", rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=0.0)).fit()
+    head_federation(
+        tmp_path / "reg", rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.5, lam_align=0.0)
+    ).fit()
     r2 = json.loads((tmp_path / "reg" / "metrics.jsonl").read_text().splitlines()[1])
     assert [k for k in r2 if k.startswith("client/")] == [
         "client/fedcir/ce",
@@ -188,7 +215,9 @@ def test_a_term_that_is_off_is_not_logged_and_zero_lambdas_log_nothing(tmp_path)
         "client/fedcir/reg_loss_share",
         "client/fedcir/reg_grad_vs_ce",
     ]
-    head_federation(tmp_path / "off", rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.0, lam_align=0.0)).fit()
+    head_federation(
+        tmp_path / "off", rounds=2, model=ProbabilisticEncoder(**ENCODER), method=FedCiR(lam_reg=0.0, lam_align=0.0)
+    ).fit()
     assert "client/" not in (tmp_path / "off" / "metrics.jsonl").read_text()
 
 
@@ -196,16 +225,29 @@ def test_a_term_that_is_off_is_not_logged_and_zero_lambdas_log_nothing(tmp_path)
 def test_the_compiled_loop_logs_what_the_lean_loop_does():
     """Statistics through the scanned steps and the probe before them: the lean fit's metrics up to rounding (a
     deterministic encoder and L_align only, so that no random draw differs between eager and compiled code)."""
-    data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=44).build(seed=1)
-    broadcast = {"mu_g": torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), "sigma_g": torch.full((3, 8), 0.7)}
+    data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=44).build(
+        seed=1
+    )
+    broadcast = {
+        "mu_g": torch.randn(3, 8, generator=torch.Generator().manual_seed(0)),
+        "sigma_g": torch.full((3, 8), 0.7),
+    }
     fits = {}
     for loop in ("lean", "compiled"):
         local = LocalTraining(epochs=3, batch_size=4, lr=0.1, loop=loop)
-        env = ClientEnvironment(data, ProbabilisticEncoder(**ENCODER, stochastic=False), HyperParameters(FedCiR(lam_reg=0.0, lam_align=0.05)), local, seed=0)
+        env = ClientEnvironment(
+            data,
+            ProbabilisticEncoder(**ENCODER, stochastic=False),
+            HyperParameters(FedCiR(lam_reg=0.0, lam_align=0.05)),
+            local,
+            seed=0,
+        )
         torch.manual_seed(0)
         fits[loop] = run_client(env, ClientTask(2, 0, 10, env.build_model().state_dict(), broadcast)).metrics
     assert list(fits["lean"]) == list(fits["compiled"]) == ["ce", "align", "align_loss_share", "align_grad_vs_ce"]
-    assert fits["compiled"]["align_grad_vs_ce"] == fits["lean"]["align_grad_vs_ce"]  # the same eager probe, same weights
+    assert (
+        fits["compiled"]["align_grad_vs_ce"] == fits["lean"]["align_grad_vs_ce"]
+    )  # the same eager probe, same weights
     for k in fits["lean"]:
         assert fits["compiled"][k] == pytest.approx(fits["lean"][k], rel=1e-4), k
 

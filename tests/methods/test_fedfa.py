@@ -55,7 +55,9 @@ def test_the_noise_scale_follows_the_shared_variance():
     sigma = (x.var(dim=(2, 3), unbiased=False) + EPS).sqrt()  # the scale's Gaussian, with the shared std variance
     out, _ = ffa(x, torch.ones(3), shared, torch.zeros(5, 3), torch.ones(5, 3))
     scaled = sigma + ((gamma + 1) * (sigma.var(0, unbiased=False) + EPS)).sqrt()
-    torch.testing.assert_close(out, (x - mu[..., None, None]) / sigma[..., None, None] * scaled[..., None, None] + mu[..., None, None])
+    torch.testing.assert_close(
+        out, (x - mu[..., None, None]) / sigma[..., None, None] * scaled[..., None, None] + mu[..., None, None]
+    )
     torch.testing.assert_close(adaptive_weight(torch.full((3,), 0.7), EPS), torch.ones(3))
     base = torch.tensor([0.2, 0.2, 0.2])
     assert torch.all(gaussian_std(base, shared, EPS).diff() > 0)
@@ -74,7 +76,9 @@ def test_the_server_statistics_aggregate_as_the_paper_says():
     _, state = FedFA().aggregate(1, {}, results, {})
     torch.testing.assert_close(state["features/mean"], torch.tensor([(1 + 2 + 8) / 4, 6 / 4]))
     torch.testing.assert_close(state["features/std"], torch.tensor([1.0, (1 + 2 + 6) / 4]))
-    torch.testing.assert_close(state["features/var_mean"], torch.tensor([14 / 9, 2.0]))  # (1, 2, 4): mean 7/3; (0, 0, 3): 2
+    torch.testing.assert_close(
+        state["features/var_mean"], torch.tensor([14 / 9, 2.0])
+    )  # (1, 2, 4): mean 7/3; (0, 0, 3): 2
     torch.testing.assert_close(state["features/var_std"], torch.tensor([0.0, 2 / 3]))
     _, official = FedFA(variance="official").aggregate(1, {}, results, {})
     torch.testing.assert_close(official["features/var_mean"], torch.tensor(means).flatten().var().expand(2))
@@ -88,7 +92,9 @@ def test_a_client_moves_its_running_statistics_by_momentum_and_uploads_them():
         "features/var_mean": torch.ones(3),
         "features/var_std": torch.ones(3),
     }
-    client = FedFAClient(model, FedFA(p=1.0, momentum=0.9).client_settings(), LocalTraining(), ClientTask(2, 0, 0, {}, broadcast))
+    client = FedFAClient(
+        model, FedFA(p=1.0, momentum=0.9).client_settings(), LocalTraining(), ClientTask(2, 0, 0, {}, broadcast)
+    )
     client.begin()
     x = torch.randn(4, 3)
     _, statistics = client.local_loss(x, torch.tensor([0, 1, 0, 1]))
@@ -114,7 +120,9 @@ def test_p_zero_trains_as_fedavg_and_the_statistics_bytes_are_counted_exactly(tm
 
 
 def test_unknown_layers_are_named():
-    client = FedFAClient(MLP(hidden=[4]).build((3,), 2), FedFA(layers=["9"]).client_settings(), LocalTraining(), ClientTask(1, 0, 0, {}))
+    client = FedFAClient(
+        MLP(hidden=[4]).build((3,), 2), FedFA(layers=["9"]).client_settings(), LocalTraining(), ClientTask(1, 0, 0, {})
+    )
     with pytest.raises(ValueError, match=r"FedFA layers \['9'\] are not submodules"):
         client.begin()
 
@@ -136,7 +144,21 @@ def test_a_killed_run_with_hooked_layers_resumes_to_the_uninterrupted_one(tmp_pa
 
 def test_the_quickstart_overlay_runs(tmp_path, capsys):
     config = ["--config", str(ROOT / "configs/quickstart.yaml"), "--config", str(ROOT / "configs/baselines/fedfa.yaml")]
-    code, _, err = run_cli(["fit", *config, "--rounds", "1", "--run_dir", str(tmp_path / "run"), "--progress", "false", "--wandb.enabled", "false"], capsys)
+    code, _, err = run_cli(
+        [
+            "fit",
+            *config,
+            "--rounds",
+            "1",
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--progress",
+            "false",
+            "--wandb.enabled",
+            "false",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "client/fedfa/features/noise_std" in records(tmp_path / "run")[0]
 
@@ -144,7 +166,9 @@ def test_the_quickstart_overlay_runs(tmp_path, capsys):
 def test_the_client_keeps_no_state_between_fits():
     """Two fits of one task in one process (another client's fit between them) are identical."""
     data = head_federation(None).data.build(seed=1)
-    env = ClientEnvironment(data, MLP(hidden=[4]), HyperParameters(FedFA()), LocalTraining(epochs=1, batch_size=16, lr=0.1), seed=0)
+    env = ClientEnvironment(
+        data, MLP(hidden=[4]), HyperParameters(FedFA()), LocalTraining(epochs=1, batch_size=16, lr=0.1), seed=0
+    )
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
     first = run_client(env, ClientTask(1, 0, 11, weights))
@@ -164,7 +188,9 @@ def test_serial_and_ray_runs_are_identical(tmp_path, local_ray):
         head_federation(tmp_path / name / "serial", rounds=2, model=MLP(hidden=[8]), method=method).fit()
         ray = RayExecutor(num_workers=2, keep_workers=True)
         head_federation(tmp_path / name / "ray", rounds=2, model=MLP(hidden=[8]), method=method, executor=ray).fit()
-        assert (tmp_path / name / "ray" / "metrics.jsonl").read_bytes() == (tmp_path / name / "serial" / "metrics.jsonl").read_bytes()
+        assert (tmp_path / name / "ray" / "metrics.jsonl").read_bytes() == (
+            tmp_path / name / "serial" / "metrics.jsonl"
+        ).read_bytes()
 
 
 @pytest.mark.slow

@@ -88,7 +88,11 @@ def autograd_reference(model, x, y, xbar, ybar, lam):
     return ((1 - lam) * ce - lam * (ybar * log_probs).sum(1) + lam * (1 - lam) * taylor).mean()
 
 
-@pytest.mark.parametrize(("spec", "shape"), [(MLP(hidden=[6]), (2,)), (SmallCNN(channels=(3,), hidden=5), (1, 4, 4))], ids=["mlp", "batchnorm-cnn"])
+@pytest.mark.parametrize(
+    ("spec", "shape"),
+    [(MLP(hidden=[6]), (2,)), (SmallCNN(channels=(3,), hidden=5), (1, 4, 4))],
+    ids=["mlp", "batchnorm-cnn"],
+)
 def test_the_derivative_term_is_differentiated_twice_and_buffers_advance_once(spec, shape):
     """The parameters' gradient of the loss is autograd's double backward; BatchNorm's running statistics move as one
     plain forward moves them."""
@@ -99,7 +103,9 @@ def test_the_derivative_term_is_differentiated_twice_and_buffers_advance_once(sp
     loss, _ = fedmix_loss(model, x, y, xbar, ybar, lam=0.3)
     expected = autograd_reference(reference, x, y, xbar, ybar, lam=0.3)
     assert torch.allclose(loss, expected, rtol=1e-5)
-    for a, b in zip(torch.autograd.grad(loss, list(model.parameters())), torch.autograd.grad(expected, list(reference.parameters()))):
+    for a, b in zip(
+        torch.autograd.grad(loss, list(model.parameters())), torch.autograd.grad(expected, list(reference.parameters()))
+    ):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     for (name, a), b in zip(model.named_buffers(), reference.buffers()):
         assert torch.equal(a, b), name
@@ -145,7 +151,9 @@ def test_group_means_by_hand():
         assert torch.allclose(out["x"][g], x[rows].mean(0))
         assert torch.allclose(out["y"][g], torch.stack([F.one_hot(y[r], 3).float() for r in rows]).mean(0))
     whole = group_means(x, y, 3, None, torch.Generator().manual_seed(5))
-    assert torch.allclose(whole["x"], x.mean(0, keepdim=True)) and torch.allclose(whole["y"], torch.tensor([[3, 3, 1]]) / 7)
+    assert torch.allclose(whole["x"], x.mean(0, keepdim=True)) and torch.allclose(
+        whole["y"], torch.tensor([[3, 3, 1]]) / 7
+    )
     client = ClientData(0, "d", Split(x, y))
     assert torch.equal(GroupMeans(3, 3).compute(client, QueryTask(0, 5, GroupMeans(3, 3)), None)["x"], out["x"])
 
@@ -157,7 +165,10 @@ def test_the_exchange_is_counted_once_and_nothing_more_travels_in_the_rounds(tmp
     summary = head_federation(tmp_path / "mix", rounds=2, method=FedMix(lam=0.1, mix_group=10)).fit()
     per_mean = (8 + 3) * 4
     assert summary["query/fedmix/means/bytes_up"] == 4 * 6 * per_mean and summary["query/fedmix/means/bytes_down"] == 0
-    assert summary["query/fedmix/delivery/bytes_down"] == 4 * 24 * per_mean and summary["query/fedmix/delivery/bytes_up"] == 0
+    assert (
+        summary["query/fedmix/delivery/bytes_down"] == 4 * 24 * per_mean
+        and summary["query/fedmix/delivery/bytes_up"] == 0
+    )
     for a, b in zip(records(tmp_path / "avg"), records(tmp_path / "mix")):
         assert (a["bytes_up"], a["bytes_down"]) == (b["bytes_up"], b["bytes_down"])
     assert {"client/fedmix/ce", "client/fedmix/mean_label", "client/fedmix/taylor"} <= set(records(tmp_path / "mix")[0])
@@ -179,8 +190,27 @@ def test_a_killed_run_resumes_to_the_uninterrupted_one_without_asking_again(tmp_
 
 
 def test_the_quickstart_overlay_runs(tmp_path, capsys):
-    config = ["--config", str(ROOT / "configs/quickstart.yaml"), "--config", str(ROOT / "configs/baselines/fedmix.yaml")]
-    code, _, err = run_cli(["fit", *config, "--rounds", "1", "--run_dir", str(tmp_path / "run"), "--progress", "false", "--wandb.enabled", "false"], capsys)
+    config = [
+        "--config",
+        str(ROOT / "configs/quickstart.yaml"),
+        "--config",
+        str(ROOT / "configs/baselines/fedmix.yaml"),
+    ]
+    code, _, err = run_cli(
+        [
+            "fit",
+            *config,
+            "--rounds",
+            "1",
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--progress",
+            "false",
+            "--wandb.enabled",
+            "false",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["query/fedmix/means/calls"] == 1
 
@@ -205,10 +235,14 @@ def test_the_client_keeps_no_state_between_fits():
     runs next cannot depend on what it ran before."""
     data = head_federation(None).data.build(seed=1)
     method = FedMix(lam=0.2).with_means({"x": torch.randn(3, 8), "y": F.softmax(torch.randn(3, 3), 1)})
-    env = ClientEnvironment(data, MLP(hidden=[4]), HyperParameters(method), LocalTraining(epochs=1, batch_size=16, lr=0.1), seed=0)
+    env = ClientEnvironment(
+        data, MLP(hidden=[4]), HyperParameters(method), LocalTraining(epochs=1, batch_size=16, lr=0.1), seed=0
+    )
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
     first = run_client(env, ClientTask(1, 0, 11, weights))
     run_client(env, ClientTask(1, 1, 12, weights))
     again = run_client(env, ClientTask(1, 0, 11, weights))
-    assert all(torch.equal(first.weights[k], again.weights[k]) for k in first.weights) and first.metrics == again.metrics
+    assert (
+        all(torch.equal(first.weights[k], again.weights[k]) for k in first.weights) and first.metrics == again.metrics
+    )

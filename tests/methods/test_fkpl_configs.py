@@ -40,12 +40,22 @@ def _is_fkpl(cfg: dict) -> bool:
 
 
 #: Full configs (a data source and a method), not overlays.
-SHIPPED = sorted(p for p in FKPL_CONFIGS.rglob("*.yaml") if "class_path" in _yaml(p).get("data", {}) and _is_fkpl(_yaml(p)))
+SHIPPED = sorted(
+    p for p in FKPL_CONFIGS.rglob("*.yaml") if "class_path" in _yaml(p).get("data", {}) and _is_fkpl(_yaml(p))
+)
 
 
 def test_the_shipped_fkpl_configs_are_found_and_only_the_declared_control_fixes_one_cluster():
-    assert {p.name for p in SHIPPED} >= {*PIXELS, "office_caltech10_effnet.yaml", "pacs_effnet.yaml", "domainnet4_resnet18.yaml"}
-    fixed = {str(p.relative_to(FKPL_CONFIGS)): _yaml(p).get("method", {}).get("init_args", {}).get("assignment") for p in FKPL_CONFIGS.rglob("*.yaml")}
+    assert {p.name for p in SHIPPED} >= {
+        *PIXELS,
+        "office_caltech10_effnet.yaml",
+        "pacs_effnet.yaml",
+        "domainnet4_resnet18.yaml",
+    }
+    fixed = {
+        str(p.relative_to(FKPL_CONFIGS)): _yaml(p).get("method", {}).get("init_args", {}).get("assignment")
+        for p in FKPL_CONFIGS.rglob("*.yaml")
+    }
     single = {name for name, assignment in fixed.items() if assignment == "single"}
     assert single == {"controls/fedavg_encoder.yaml"}
 
@@ -86,7 +96,10 @@ def test_every_shipped_fkpl_config_has_more_than_one_and_fewer_than_m_clusters(c
         bases, domains = _referenced_bases(config, federation, fkpl)
     else:
         fed, _ = federation.build_data()
-        bases, domains = client_bases(fed, fkpl.subspace_query(), federation.seed), [client.domain for client in fed.clients]
+        bases, domains = (
+            client_bases(fed, fkpl.subspace_query(), federation.seed),
+            [client.domain for client in fed.clients],
+        )
     labels = cluster(angle_matrix(bases, fkpl.stage0.angle), fkpl.stage0.threshold, fkpl.stage0.linkage)
     assert 1 < max(labels) + 1 < len(bases), labels
     if config.name not in PIXELS:
@@ -96,17 +109,36 @@ def test_every_shipped_fkpl_config_has_more_than_one_and_fewer_than_m_clusters(c
     # why the pixel configs take neither the exact angle nor the official Stage 0: one cluster, one per client
     assert set(cluster(angle_matrix(bases, "exact"), fkpl.stage0.threshold)) == {0}
     official = federation_from_configs(config, OFFICIAL).method
-    on_official = cluster(angle_matrix(client_bases(fed, official.subspace_query(), federation.seed), official.stage0.angle), paper, official.stage0.linkage)
+    on_official = cluster(
+        angle_matrix(client_bases(fed, official.subspace_query(), federation.seed), official.stage0.angle),
+        paper,
+        official.stage0.linkage,
+    )
     assert max(on_official) + 1 == len(fed.clients)
 
 
 def test_the_official_stage0_overlay_sets_exactly_the_official_options():
-    stage0 = {"basis", "per_class", "class_budget", "angle", "linkage", "stage0_size", "stage0_augment", "stage0_normalize"}
+    stage0 = {
+        "basis",
+        "per_class",
+        "class_budget",
+        "angle",
+        "linkage",
+        "stage0_size",
+        "stage0_augment",
+        "stage0_normalize",
+    }
     assert set(_yaml(OFFICIAL)["method"]["init_args"]) == stage0
     base = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml").method
     method = federation_from_configs(FKPL_CONFIGS / "pacs_resnet18.yaml", OFFICIAL).method
-    assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts", size=32, augment=True, normalize=True)
-    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == ("pacfl", "weighted", base.stage0.threshold)
+    assert method.subspace_query() == SubspaceBasis(
+        10, per_class=True, budget="counts", size=32, augment=True, normalize=True
+    )
+    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == (
+        "pacfl",
+        "weighted",
+        base.stage0.threshold,
+    )
 
 
 def test_the_official_stage0_overlay_for_features_sets_the_official_options_that_apply_to_features():
@@ -114,8 +146,14 @@ def test_the_official_stage0_overlay_for_features_sets_the_official_options_that
     the image transform (configs/fkpl/stage0_official_features.yaml, experiments/fkpl_official.sh)."""
     features = FKPL_CONFIGS / "stage0_official_features.yaml"
     assert set(_yaml(features)["method"]["init_args"]) == {"basis", "per_class", "class_budget", "angle", "linkage"}
-    assert {k: v for k, v in _yaml(OFFICIAL)["method"]["init_args"].items() if not k.startswith("stage0_")} == _yaml(features)["method"]["init_args"]
+    assert {k: v for k, v in _yaml(OFFICIAL)["method"]["init_args"].items() if not k.startswith("stage0_")} == _yaml(
+        features
+    )["method"]["init_args"]
     base = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml").method
     method = federation_from_configs(FKPL_CONFIGS / "pacs_effnet.yaml", features).method
     assert method.subspace_query() == SubspaceBasis(10, per_class=True, budget="counts")
-    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == ("pacfl", "weighted", base.stage0.threshold)
+    assert (method.stage0.angle, method.stage0.linkage, method.stage0.threshold) == (
+        "pacfl",
+        "weighted",
+        base.stage0.threshold,
+    )

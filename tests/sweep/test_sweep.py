@@ -48,7 +48,16 @@ def fit_parser():
 
 def test_there_are_sweeps_for_ggeur_and_the_baselines():
     names = {p.stem for p in SWEEPS}
-    assert {"ggeur_eig_scale_T", "ggeur_bayes", "fedprox_mu", "moon", "feddyn_alpha", "fedopt", "scaffold_server_lr", "local_lr"} <= names
+    assert {
+        "ggeur_eig_scale_T",
+        "ggeur_bayes",
+        "fedprox_mu",
+        "moon",
+        "feddyn_alpha",
+        "fedopt",
+        "scaffold_server_lr",
+        "local_lr",
+    } <= names
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
@@ -105,7 +114,9 @@ def test_every_swept_key_resolves_to_a_real_option(path: Path, fit_parser):
             assert dotted(resolved, name) == value, f"{path.name}: --{name}={value} did not set {name}"
     resolved = yaml.safe_load(fit_parser.dump(sw.check_fit_args(sw.fit_args(sw.expand_command(cfg, {})), fit_parser)))
     metric = cfg["metric"]["name"]
-    assert sw.PER_ROUND.fullmatch(metric) or metric.startswith(f"last{resolved['last_k']}/"), f"{path.name}: {metric} is not logged"
+    assert sw.PER_ROUND.fullmatch(metric) or metric.startswith(f"last{resolved['last_k']}/"), (
+        f"{path.name}: {metric} is not logged"
+    )
 
 
 def test_args_expand_exactly_as_the_wandb_agent_does():
@@ -123,10 +134,15 @@ def test_print_config_of_one_agent_command(capsys):
     from flsuite.cli import main
 
     cfg = sw.load_sweep(ROOT / "sweeps" / "ggeur_eig_scale_T.yaml")
-    args = sw.fit_args(sw.expand_command(cfg, {"setup.init_args.eig_scale": "lambda", "setup.init_args.target_per_class": 250}))
+    args = sw.fit_args(
+        sw.expand_command(cfg, {"setup.init_args.eig_scale": "lambda", "setup.init_args.target_per_class": 250})
+    )
     assert main(["fit", *args, "--print_config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["setup"][0]["init_args"]["eig_scale"] == "lambda" and printed["setup"][0]["init_args"]["target_per_class"] == 250
+    assert (
+        printed["setup"][0]["init_args"]["eig_scale"] == "lambda"
+        and printed["setup"][0]["init_args"]["target_per_class"] == 250
+    )
 
 
 @pytest.mark.parametrize(
@@ -135,7 +151,10 @@ def test_print_config_of_one_agent_command(capsys):
         ({"method": "hyperopt"}, "method must be one of"),
         ({"metric": {"name": "acc_mean"}}, "metric must be"),
         ({"parameters": {"local.lr": {"values": [0.1, None]}}}, "null"),
-        ({"parameters": {"local.lr": {"min": 0.1, "max": 1.0, "distribution": "normal"}}}, "'local.lr': distribution 'normal'"),
+        (
+            {"parameters": {"local.lr": {"min": 0.1, "max": 1.0, "distribution": "normal"}}},
+            "'local.lr': distribution 'normal'",
+        ),
         ({"parameters": {"local.lr": {"min": 0.1, "max": 1.0}}}, "grid sweep needs `values`"),
         ({"command": ["flsuite", "fit"]}, "must contain ${args}"),
         ({"early_terminate": {"type": "hyperband", "eta": 3}}, "min_iter or max_iter"),
@@ -155,7 +174,11 @@ def test_mapping_to_optuna():
     cfg = sw.load_sweep(ROOT / "sweeps" / "moon.yaml")
     assert isinstance(sw.sampler_for(cfg, 0), optuna.samplers.RandomSampler)
     pruner = sw.pruner_for(cfg)
-    assert isinstance(pruner, optuna.pruners.HyperbandPruner) and pruner._min_resource == 5 and pruner._reduction_factor == 3
+    assert (
+        isinstance(pruner, optuna.pruners.HyperbandPruner)
+        and pruner._min_resource == 5
+        and pruner._reduction_factor == 3
+    )
     assert isinstance(sw.sampler_for(sw.load_sweep(ROOT / "sweeps" / "fedopt.yaml"), 0), optuna.samplers.TPESampler)
     grid = sw.load_sweep(ROOT / "sweeps" / "ggeur_eig_scale_T.yaml")
     assert isinstance(sw.sampler_for(grid, 0), optuna.samplers.GridSampler) and sw.grid_size(grid) == 6
@@ -195,7 +218,9 @@ def test_trials_report_per_round_values_and_a_pruned_trial_is_stopped(tmp_path: 
             }
         )
     )
-    monkeypatch.setattr(sw, "pruner_for", lambda cfg: optuna.pruners.ThresholdPruner(lower=1.0))  # prunes x = 0.1 at once
+    monkeypatch.setattr(
+        sw, "pruner_for", lambda cfg: optuna.pruners.ThresholdPruner(lower=1.0)
+    )  # prunes x = 0.1 at once
     study = sw.Sweep(file, tmp_path / "out", workers=2, poll_s=0.05).run()
     by_x = {t.params["x"]: t for t in study.trials}
     good, pruned = by_x[1.0], by_x[0.1]
@@ -231,13 +256,32 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     re-queued and new trials side by side are tested on a stand-in program below
     (`test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point`)."""
     out = tmp_path / "sweep"
-    argv = ["sweeps/fedprox_mu.yaml", "--trials", "2", "--out", str(out), "--", "--rounds=1", "--local.epochs=1", "--wandb.enabled=false"]
+    argv = [
+        "sweeps/fedprox_mu.yaml",
+        "--trials",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        "--rounds=1",
+        "--local.epochs=1",
+        "--wandb.enabled=false",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flsuite.cli", "sweep", *argv], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "flsuite.cli", "sweep", *argv],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 120
-    while not (completed(out / "study.db") and trials_in(out / "study.db", "RUNNING")) and time.time() < deadline and proc.poll() is None:
+    while (
+        not (completed(out / "study.db") and trials_in(out / "study.db", "RUNNING"))
+        and time.time() < deadline
+        and proc.poll() is None
+    ):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running trial
     proc.wait()
@@ -257,7 +301,9 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     assert len({t.params["method.init_args.mu"] for t in done}) == 2  # no grid point done twice
     for n in first:  # finished trials were not redone
         assert (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns == stamps[n]
-    (t,) = [t for t in study.trials if t.state.name == "FAIL"]  # the trial the kill interrupted, retried with its parameters
+    (t,) = [
+        t for t in study.trials if t.state.name == "FAIL"
+    ]  # the trial the kill interrupted, retried with its parameters
     assert t.user_attrs.get("interrupted")
     retries = [r for r in done if r.user_attrs.get("retry_of") == t.number]
     assert len(retries) == 1 and t.params.items() <= retries[0].params.items()
@@ -269,7 +315,9 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     summary = json.loads((Path(best.user_attrs["run_dir"]) / "summary.json").read_text())
     assert study.best_trial.number == best.number and best.value == summary["last5/acc_mean"]
     rerun = fit_parser.parse_args(["--config", str(out / "best.yaml")])  # `flsuite fit --config best.yaml` reruns it
-    assert rerun.run_dir is None and rerun.method.init_args.mu == best.params["method.init_args.mu"] and rerun.rounds == 1
+    assert (
+        rerun.run_dir is None and rerun.method.init_args.mu == best.params["method.init_args.mu"] and rerun.rounds == 1
+    )
     table = (out / "trials.md").read_text()
     assert f"Best: trial {best.number}" in table and table.count("| COMPLETE |") == 2
     assert (out / "trials.csv").read_text().count("COMPLETE") == 2
@@ -356,7 +404,9 @@ def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point
 
 def test_a_validation_metric_prunes_and_scores_on_validation_never_on_test():
     """Tuning on validation data (docs/results.md, "Tuning policy"): hyperband's per-round stand-in is `val/acc_mean`."""
-    assert sw.per_round_key("last5/val/acc_mean") == "val/acc_mean" and sw.per_round_key("val/acc_mean") == "val/acc_mean"
+    assert (
+        sw.per_round_key("last5/val/acc_mean") == "val/acc_mean" and sw.per_round_key("val/acc_mean") == "val/acc_mean"
+    )
     summary = {"last/acc_mean": 90.0, "last/val/acc_mean": 60.0, "last5/val/acc_mean": 61.0}
     assert sw.objective_value(summary, "val/acc_mean", Path("s")) == 60.0
     assert sw.objective_value(summary, "last5/val/acc_mean", Path("s")) == 61.0
@@ -366,7 +416,9 @@ def test_each_finished_trial_prints_one_progress_line(tmp_path: Path, capsys):
     """One stderr line per finished trial: done / target, its parameters and score (or why it has none), the best so far."""
     (tmp_path / "flsuite").mkdir()
     fails = "x = float(args['x'])\nif x == 0.2: sys.exit(3)\n"
-    (tmp_path / "flsuite" / "cli.py").write_text(FAKE_FIT.replace("range(1, 21)", "range(1, 3)").replace('x = float(args["x"])\n', fails))
+    (tmp_path / "flsuite" / "cli.py").write_text(
+        FAKE_FIT.replace("range(1, 21)", "range(1, 3)").replace('x = float(args["x"])\n', fails)
+    )
     file = tmp_path / "grid.yaml"
     file.write_text(
         yaml.safe_dump(

@@ -34,7 +34,9 @@ def set_code(run_dir: Path, code: dict) -> None:
 
 
 @pytest.mark.slow
-def test_a_resumed_sweep_reuses_the_same_trials_and_stops_on_another_commit_or_config(tmp_path: Path, monkeypatch, caplog):
+def test_a_resumed_sweep_reuses_the_same_trials_and_stops_on_another_commit_or_config(
+    tmp_path: Path, monkeypatch, caplog
+):
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(BASE))
     file = tmp_path / "sweep.yaml"
@@ -64,10 +66,13 @@ def test_a_resumed_sweep_reuses_the_same_trials_and_stops_on_another_commit_or_c
 
     set_code(run_dir, CLEAN | {"commit": "b" * 40})
     with pytest.raises(
-        sw.SweepError, match=rf"holds 1 finished trial\(s\) .*trial 0 \({run_dir}\): it was made by code bbbbbbbbbb \(flsuite 0.1.0\), this is aaaaaaaaaa"
+        sw.SweepError,
+        match=rf"holds 1 finished trial\(s\) .*trial 0 \({run_dir}\): it was made by code bbbbbbbbbb \(flsuite 0.1.0\), this is aaaaaaaaaa",
     ):
         sw.Sweep(file, out).run()
     set_code(run_dir, CLEAN)
-    with pytest.raises(sw.SweepError, match=r"trial 0 .*: its config differs: rounds: 1 -> 2\. Run the sweep into another --out"):
+    with pytest.raises(
+        sw.SweepError, match=r"trial 0 .*: its config differs: rounds: 1 -> 2\. Run the sweep into another --out"
+    ):
         sw.Sweep(file, out, extra=["--rounds=2"]).run()  # flags after -- that change the experiment
     assert trials_in(out / "study.db") == 1  # stopped before running anything

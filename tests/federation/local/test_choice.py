@@ -17,8 +17,18 @@ from tests.helpers import head_federation
 FEATURES = (1280,)
 
 
-def chosen(local: LocalTraining | None = None, input_shape=FEATURES, step_hooks=False, sizes=(1200, 1200, 1200), per_round=3, rounds=10, processes=1):
-    return choose_loop(local or LocalTraining(epochs=10), input_shape, step_hooks, list(sizes), per_round, rounds, processes)
+def chosen(
+    local: LocalTraining | None = None,
+    input_shape=FEATURES,
+    step_hooks=False,
+    sizes=(1200, 1200, 1200),
+    per_round=3,
+    rounds=10,
+    processes=1,
+):
+    return choose_loop(
+        local or LocalTraining(epochs=10), input_shape, step_hooks, list(sizes), per_round, rounds, processes
+    )
 
 
 def test_steps_per_fit_counts_the_batches_the_loop_iterates():
@@ -35,7 +45,9 @@ def test_a_head_on_features_compiles_once_the_run_has_the_steps_to_pay_for_it():
     long = chosen(rounds=COMPILE_PAYS_FROM_STEPS // per_round + 1)
     assert long.loop == "compiled" and "~51,750 local steps per process" in long.reason
     assert chosen(rounds=23, processes=2).loop == "lean"  # each of two workers compiles for half the steps
-    assert long.requested == "auto" and long.log_line().startswith("local.loop auto -> compiled: a head on feature vectors")
+    assert long.requested == "auto" and long.log_line().startswith(
+        "local.loop auto -> compiled: a head on feature vectors"
+    )
 
 
 @pytest.mark.parametrize(
@@ -71,8 +83,13 @@ def test_the_run_records_its_choice_and_trains_with_the_compiled_loop(tmp_path, 
     monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 10)
     head_federation(tmp_path / "auto", rounds=2).fit()
     recorded = environment(tmp_path / "auto")
-    assert (recorded["loop"], recorded["requested"]) == ("compiled", "auto") and "~64 local steps per process (>= 10)" in recorded["reason"]
-    head_federation(tmp_path / "compiled", rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled")).fit()
+    assert (recorded["loop"], recorded["requested"]) == (
+        "compiled",
+        "auto",
+    ) and "~64 local steps per process (>= 10)" in recorded["reason"]
+    head_federation(
+        tmp_path / "compiled", rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled")
+    ).fit()
     auto, compiled = (load_checkpoint(tmp_path / name).global_weights for name in ("auto", "compiled"))
     assert all(torch.equal(auto[k], compiled[k]) for k in auto)  # the same loop: the same bits
 
@@ -88,11 +105,17 @@ def test_a_resumed_run_keeps_the_loop_it_began_with(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path).local_loop.loop == "lean"
 
 
-@pytest.mark.parametrize(("config_yaml", "began"), [("local:\n  loop: standard\n", "standard"), ("seed: 7\n", "lean")], ids=["named", "default"])
+@pytest.mark.parametrize(
+    ("config_yaml", "began"),
+    [("local:\n  loop: standard\n", "standard"), ("seed: 7\n", "lean")],
+    ids=["named", "default"],
+)
 def test_a_run_begun_before_auto_resumes_on_the_loop_its_config_named(tmp_path, config_yaml, began):
     """A checkpoint with no recorded choice (written before `auto`): the resumed run trains with the loop its own
     config named, or lean (the default then) where it named none."""
-    head_federation(tmp_path, rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop=began)).fit(config_yaml=config_yaml)
+    head_federation(tmp_path, rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop=began)).fit(
+        config_yaml=config_yaml
+    )
     (last,) = tmp_path.rglob("last.pt")
     payload = torch.load(last, weights_only=False)
     payload["local_loop"] = None

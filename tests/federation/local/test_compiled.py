@@ -35,20 +35,26 @@ DATA = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=
 
 
 def local(loop: str, **kwargs) -> LocalTraining:
-    return LocalTraining(**{"epochs": 3, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3, "loop": loop, **kwargs})
+    return LocalTraining(
+        **{"epochs": 3, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3, "loop": loop, **kwargs}
+    )
 
 
 def federation(run_dir, loop: str, **overrides):
     """A run over the clients of `client_fits` (DATA, the same model, batch 8: five full batches and one of 4 per
     epoch): its graphs have the shapes of `client_fits(batch_size=8)`'s, so inductor's kernel cache (shared by the
     processes of a test session) compiles their kernels once."""
-    return head_federation(run_dir, **{"data": DATA, "model": MLP(hidden=(5,)), "local": local(loop, batch_size=8), **overrides})
+    return head_federation(
+        run_dir, **{"data": DATA, "model": MLP(hidden=(5,)), "local": local(loop, batch_size=8), **overrides}
+    )
 
 
 def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
     """Two clients' fits from the same global weights (44 samples, batch 4: 11 equal batches, one shape)."""
     data = DATA.build(seed=1)
-    env = ClientEnvironment(data, model or MLP(hidden=(5,)), HyperParameters(method or FedAvg()), local(loop, **kwargs), seed=0)
+    env = ClientEnvironment(
+        data, model or MLP(hidden=(5,)), HyperParameters(method or FedAvg()), local(loop, **kwargs), seed=0
+    )
     torch.manual_seed(0)
     weights = env.build_model().state_dict()
     return [run_client(env, ClientTask(1, k, 10 + k, weights)) for k in range(2)]
@@ -77,11 +83,17 @@ class CrossEntropyOf(torch.nn.Module):
 def scanned_calls(monkeypatch) -> list[int]:
     """The lengths of the runs of full batches every fit from here on tries to scan (a failed try included)."""
     calls, scan = [], compiled.CompiledSteps._scan
-    monkeypatch.setattr(compiled.CompiledSteps, "_scan", lambda self, batches: calls.append(len(batches)) or scan(self, batches))
+    monkeypatch.setattr(
+        compiled.CompiledSteps, "_scan", lambda self, batches: calls.append(len(batches)) or scan(self, batches)
+    )
     return calls
 
 
-@pytest.mark.parametrize(("batch_size", "runs", "steps"), [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)], ids=["equal batches", "a smaller last batch"])
+@pytest.mark.parametrize(
+    ("batch_size", "runs", "steps"),
+    [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)],
+    ids=["equal batches", "a smaller last batch"],
+)
 def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs, steps):
     """FedAvg with SGD: nothing runs between two steps, so after the fit's first (eager) step each epoch's full
     batches are one call (44 samples: 11 batches of 4, or 5 of 8 and a last one of 4, which runs eagerly)."""
@@ -115,7 +127,9 @@ class ClippedFedAvg(FedAvg):
 
 
 @pytest.mark.parametrize(
-    ("method", "kwargs"), [(ClippedFedAvg(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})], ids=["a before_optimizer_step hook", "Adam"]
+    ("method", "kwargs"),
+    [(ClippedFedAvg(), {}), (FedAvg(), {"optimizer": "adam", "lr": 0.01})],
+    ids=["a before_optimizer_step hook", "Adam"],
 )
 def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch, method, kwargs):
     """Method code between two steps (here gradient clipping), or an optimiser other than plain SGD: each batch is
@@ -222,8 +236,16 @@ def test_scanned_steps_follow_torch_sgd(rule):
     params = {n: p.detach().clone() for n, p in named.items()}
     momentum = rule.get("momentum", 0.0)
     buffers = {n: optimizer.state[p]["momentum_buffer"].clone() for n, p in named.items()} if momentum else {}
-    spec = (momentum, rule.get("dampening", 0.0), rule.get("weight_decay", 0.0), rule.get("nesterov", False), rule.get("maximize", False))
-    new, new_buffers, grads, losses, _ = compiled._sgd_steps(loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:])
+    spec = (
+        momentum,
+        rule.get("dampening", 0.0),
+        rule.get("weight_decay", 0.0),
+        rule.get("nesterov", False),
+        rule.get("maximize", False),
+    )
+    new, new_buffers, grads, losses, _ = compiled._sgd_steps(
+        loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:]
+    )
     torch.testing.assert_close(losses, torch.stack([step(x, y) for x, y in zip(xs[1:], ys[1:])]))
     for n, p in named.items():
         torch.testing.assert_close(new[n], p.detach())
@@ -239,7 +261,11 @@ def test_consecutive_batches_are_stacked_as_a_view_of_their_epoch():
     view = compiled.stacked(batches[:3])
     assert view.data_ptr() == epoch.data_ptr() and torch.equal(view, torch.stack(batches[:3]))
     later = compiled.stacked(batches[1:3])  # not at the start of its storage: a copy
-    assert later.data_ptr() != epoch.data_ptr() and later.storage_offset() == 0 and torch.equal(later, torch.stack(batches[1:3]))
+    assert (
+        later.data_ptr() != epoch.data_ptr()
+        and later.storage_offset() == 0
+        and torch.equal(later, torch.stack(batches[1:3]))
+    )
     apart = [torch.ones(3, 4), torch.zeros(3, 4)]
     assert torch.equal(compiled.stacked(apart), torch.stack(apart))
 
@@ -263,7 +289,9 @@ def test_adam_trains_as_in_the_lean_loop(monkeypatch):
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (gradient offset)", "fedprox (loss term)"])
+@pytest.mark.parametrize(
+    "method", [Scaffold(), FedProx(mu=0.5)], ids=["scaffold (gradient offset)", "fedprox (loss term)"]
+)
 @pytest.mark.slow
 def test_method_hooks_and_loss_terms_work_as_in_the_lean_loop(tmp_path, method):
     """SCAFFOLD offsets the gradients by its control variates, FedProx reads its anchor and μ (through the read-only
@@ -280,7 +308,9 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
     """FedSR without its CMI term never uses the model's reference Gaussians (r_mu, r_sigma, C). After backward()
     their .grad is None, so SGD leaves them alone; a compiled gradient would be zero, and weight decay would move
     them. The compiled loop differentiates only what the first (eager) step reached."""
-    fits = client_fits("compiled", method=FedSR(cmi=0.0, reference="averaged"), model=FedSRModel(hidden=[8], dim=4))  # r_mu etc. in the upload
+    fits = client_fits(
+        "compiled", method=FedSR(cmi=0.0, reference="averaged"), model=FedSRModel(hidden=[8], dim=4)
+    )  # r_mu etc. in the upload
     for fit in fits:
         assert torch.equal(fit.weights["r_mu"], torch.zeros(3, 4))
         assert torch.equal(fit.weights["r_sigma"], torch.ones(3, 4))
@@ -355,7 +385,9 @@ class CountingInPlace(FedAvg):
 
 def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
     """An in-place update of a captured tensor inside the loss is not expressible under a grad transform."""
-    with pytest.raises(RuntimeError, match=r"local.loop: compiled could not compile CountsInPlace.local_loss.*Use local.loop: lean"):
+    with pytest.raises(
+        RuntimeError, match=r"local.loop: compiled could not compile CountsInPlace.local_loss.*Use local.loop: lean"
+    ):
         client_fits("compiled", method=CountingInPlace())
 
 
