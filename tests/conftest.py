@@ -1,4 +1,5 @@
-"""Test-wide settings: no network, no W&B server, no Ray telemetry; libraries' global state left as each test found it."""
+"""Test-wide settings: no network, no W&B server, no Ray telemetry; libraries' global state left as each test found
+it."""
 
 import os
 import sys

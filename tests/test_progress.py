@@ -122,7 +122,8 @@ PROBE = textwrap.dedent("""
     # two batches: an eager first step, then one compiled forward-and-backward (Adam: no scanned steps, the
     # smallest graph the compiled loop compiles)
     data = GaussianFeatures(dim=4, num_classes=2, num_domains=1, clients_per_domain=1, samples_per_client=8).build(0)
-    env = ClientEnvironment(data, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam"), seed=0)
+    local = LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam")
+    env = ClientEnvironment(data, Linear(), HyperParameters(FedAvg()), local, seed=0)
     weights = env.build_model().state_dict()
     run_client(env, ClientTask(1, 0, 1, weights))
     print("fit done")
@@ -173,7 +174,8 @@ SERVER_FIT = textwrap.dedent("""
 
     server = RoundServer(0, 0, [], 1, lambda: Linear().build((4,), 2))
     split = Split(torch.randn(16, 4), torch.randint(0, 2, (16,)))
-    server.train(server.build_model(), EpochBatches(split, 4, server.generator("x"), epochs=2), LocalTraining(epochs=2, batch_size=4), purpose="x")
+    batches = EpochBatches(split, 4, server.generator("x"), epochs=2)
+    server.train(server.build_model(), batches, LocalTraining(epochs=2, batch_size=4), purpose="x")
     print("fit done")
 """)
 

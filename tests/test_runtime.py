@@ -144,8 +144,8 @@ def test_a_run_applies_the_policy_and_records_it(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_study_with_two_workers_gives_each_run_one_thread(tmp_path):
-    """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one thread.
-    Two variants of one seed: the study fills the feature cache once per seed, in a process of its own."""
+    """A study run two at a time on two cores tells each run so (FLSUITE_PARALLEL), and each takes its share: one
+    thread. Two variants of one seed: the study fills the feature cache once per seed, in a process of its own."""
     cpus = set(sorted(os.sched_getaffinity(0))[:2])
     cfg = {
         "name": "threads",

@@ -51,7 +51,10 @@ def test_the_sample_keeps_the_rows_variants_and_writes_elsewhere(check, tmp_path
         "--rounds",
         "3",
     ]
-    grid = "python experiments/study.py --name s --base b.yaml --variant 'P [mu 1]=--m=1' --variant 'P [mu 2]=--m=2' --variant Q= --select_on val"
+    grid = (
+        "python experiments/study.py --name s --base b.yaml --variant 'P [mu 1]=--m=1' --variant 'P [mu 2]=--m=2' "
+        "--variant Q= --select_on val"
+    )
     kept = check.sample_argv(grid, ["P [mu 2]"], tmp_path, tmp_path / "o.md", 1)
     assert [kept[i + 1] for i, a in enumerate(kept) if a == "--variant"] == [
         "P [mu 1]=--m=1",

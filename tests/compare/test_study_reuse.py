@@ -87,7 +87,8 @@ def test_study_main_reuses_an_identical_run_and_reruns_one_whose_commit_differs(
 ):
     """The whole driver: a finished run of the same experiment is reused (no fit), one of another commit is rerun by
     `flsuite fit` (recording the commit it runs), the old folder kept aside; the table is the new run's. The driver's
-    `flsuite` commands run in this process (`study_in_this_process`: the decisions are the driver's, not its processes')."""
+    `flsuite` commands run in this process (`study_in_this_process`: the decisions are the driver's, not its
+    processes')."""
     pool = study_in_this_process(study, monkeypatch)
     runs = tmp_path / "runs"
     run_dir = runs / "s" / "base" / "seed0"

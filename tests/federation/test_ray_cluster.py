@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: `ray start --head` turns on Ray's token authentication by default (Ray 2.5x): the test cluster on 127.0.0.1 opts
 #: out, for its nodes and drivers alike (docs/scale-out.md shows the token setup for a real cluster).
 AUTH = {"RAY_AUTH_MODE": "disabled"}
-#: Set in the second node's environment (its workers inherit it): the round in which that node's worker kills its raylet.
+#: Set in the second node's environment (its workers inherit it): the round in which that node's worker kills its
+# raylet.
 KILL_AT = "FLSUITE_TEST_KILL_NODE_AT_ROUND"
 #: The head's control service checks each node's health every 0.5 s (Ray's default: 3 s); a node is marked dead after
 #: Ray's default number of failed checks in a row (a check fails when a live raylet does not answer within Ray's
@@ -254,7 +255,8 @@ ON_THE_CLUSTER = [
 
 
 def fit(tmp_path: Path, name: str, cluster: str | None, *args: str) -> subprocess.CompletedProcess:
-    """`flsuite fit` as a user runs it, in its own process (on the cluster: `address: auto` finds it via RAY_ADDRESS)."""
+    """`flsuite fit` as a user runs it, in its own process (on the cluster: `address: auto` finds it via
+    RAY_ADDRESS)."""
     config = write_config(tmp_path / "run.yaml", CONFIG)
     env = {
         **os.environ,

@@ -64,8 +64,8 @@ def test_averaged_logits_are_the_aggregated_head_and_per_client_is_not():
 
 
 def test_per_client_trains_the_generator_on_another_target_than_the_aggregated_head():
-    """The generator's E_g steps from the same stream: with "logits" the round's heads give the losses their
-    aggregated head alone gives (to rounding); with "per_client" the losses differ (the target is not the global head)."""
+    """The generator's E_g steps from the same stream: with "logits" the round's heads give the losses their aggregated
+    head alone gives (to rounding); with "per_client" the losses differ (the target is not the global head)."""
     heads, counts = _heads(3), [8, 24, 32]
     alpha = [n / sum(counts) for n in counts]
     avg = (sum(a * w for a, (w, _) in zip(alpha, heads)), sum(a * b for a, (_, b) in zip(alpha, heads)))
@@ -159,7 +159,8 @@ def test_logged_terms_and_shares_equal_a_hand_computation():
 
 
 def test_batch_sum_is_batch_size_times_batch_mean():
-    """`kl_reduction: batch_sum`: L_align = Σ_i KL_i = B × batch_mean's (1/B) Σ_i KL_i, by hand, and the loss uses it."""
+    """`kl_reduction: batch_sum`: L_align = Σ_i KL_i = B × batch_mean's (1/B) Σ_i KL_i, by hand, and the loss uses
+    it."""
     x, y = torch.randn(5, 6, generator=torch.Generator().manual_seed(4)), torch.tensor([0, 1, 2, 0, 1])
     out = {}
     for reduction in ("batch_mean", "batch_sum"):
@@ -268,4 +269,5 @@ def test_bad_modes_of_the_shared_helpers_name_their_values():
     with pytest.raises(ValueError, match="kl_reduction must be one of 'batch_mean', 'batch_sum', got 'sum'"):
         reduce_kl(torch.ones(2), "sum")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unknown generator ensemble 'per_label' \(logits, mixture or per_client\)"):
-        ensemble_loss(torch.zeros(2, 8), torch.zeros(2, dtype=torch.long), _heads(1), torch.ones(1, 3), "per_label")  # type: ignore[arg-type]
+        labels = torch.zeros(2, dtype=torch.long)
+        ensemble_loss(torch.zeros(2, 8), labels, _heads(1), torch.ones(1, 3), "per_label")  # type: ignore[arg-type]

@@ -67,7 +67,8 @@ def test_a_resumed_sweep_reuses_the_same_trials_and_stops_on_another_commit_or_c
     set_code(run_dir, CLEAN | {"commit": "b" * 40})
     with pytest.raises(
         sw.SweepError,
-        match=rf"holds 1 finished trial\(s\) .*trial 0 \({run_dir}\): it was made by code bbbbbbbbbb \(flsuite 0.1.0\), this is aaaaaaaaaa",
+        match=rf"holds 1 finished trial\(s\) .*trial 0 \({run_dir}\): it was made by code bbbbbbbbbb "
+        r"\(flsuite 0.1.0\), this is aaaaaaaaaa",
     ):
         sw.Sweep(file, out).run()
     set_code(run_dir, CLEAN)

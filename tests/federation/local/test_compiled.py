@@ -1,4 +1,5 @@
-"""`local.loop: compiled` (flsuite.federation.local.compiled): the lean loop's training with forward and backward compiled.
+"""`local.loop: compiled` (flsuite.federation.local.compiled): the lean loop's training with forward and backward
+compiled.
 
 Not the lean loop's bits (inductor fuses kernels, the update is torch's fused SGD), so the checks are closeness to the
 lean loop, determinism of its own, the lean loop's semantics where they are not about rounding (parameters the loss
