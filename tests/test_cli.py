@@ -255,7 +255,8 @@ def test_features_command_builds_the_data_and_reports_it(tmp_path, capsys):
 
 
 def is_overlay(path: Path) -> bool:
-    """An overlay goes on top of a base config: `with_*.yaml`, `baselines/`, or a first comment line saying "overlay"."""
+    """An overlay goes on top of a base config: `with_*.yaml`, `baselines/`, or a first comment line saying
+    "overlay"."""
     first = path.read_text().lstrip().split("\n", 1)[0].lower()
     return (
         path.name.startswith("with_")
@@ -282,7 +283,10 @@ def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
 def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     """`flsuite --version`, `--help` and the tools' `--help` import neither torch nor Lightning; nor does `flsuite fit
     --help` once its text is cached (the first one builds the full parser), and the cached text is the parser's."""
-    probe = "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
+    probe = (
+        "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); "
+        "print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
+    )
     env = {**os.environ, "FLSUITE_USER_CACHE": str(tmp_path / "user-cache")}
 
     def run(*args: str) -> tuple[str, str]:

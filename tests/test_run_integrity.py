@@ -160,7 +160,8 @@ def test_run_dir_holding_a_run_is_refused_and_left_untouched(tmp_path, capsys):
 def test_ctrl_c_checkpoints_exits_130_marks_wandb_interrupted_and_resumes_to_the_same_metrics(tmp_path, capsys):
     """A real SIGINT to a real `flsuite fit` mid-run (Lightning would turn a KeyboardInterrupt into exit 1)."""
     rounds = 12
-    # Client fits dominate a round (several epochs of small batches), so the signal lands inside Lightning's Trainer.fit.
+    # Client fits dominate a round (several epochs of small batches), so the signal lands inside Lightning's
+    # Trainer.fit.
     cfg = {
         **SMALL,
         "rounds": rounds,

@@ -250,10 +250,10 @@ def completed(db: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kill(tmp_path: Path, fit_parser):
-    """2 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill once the first has finished and the second
-    has begun (the sweep creates it right after; a kill before that interrupted nothing, and the retry went untested),
-    rerun, check. Each trial is a `flsuite fit` process (seconds of imports): the resumed sweep's grid draws with
-    re-queued and new trials side by side are tested on a stand-in program below
+    """2 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill once the first has finished and the
+    second has begun (the sweep creates it right after; a kill before that interrupted nothing, and the retry went
+    untested), rerun, check. Each trial is a `flsuite fit` process (seconds of imports): the resumed sweep's grid draws
+    with re-queued and new trials side by side are tested on a stand-in program below
     (`test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point`)."""
     out = tmp_path / "sweep"
     argv = [
@@ -403,7 +403,8 @@ def test_a_trial_killed_before_or_after_sampling_is_rerun_at_the_same_grid_point
 
 
 def test_a_validation_metric_prunes_and_scores_on_validation_never_on_test():
-    """Tuning on validation data (docs/results.md, "Tuning policy"): hyperband's per-round stand-in is `val/acc_mean`."""
+    """Tuning on validation data (docs/results.md, "Tuning policy"): hyperband's per-round stand-in is
+    `val/acc_mean`."""
     assert (
         sw.per_round_key("last5/val/acc_mean") == "val/acc_mean" and sw.per_round_key("val/acc_mean") == "val/acc_mean"
     )
@@ -413,7 +414,8 @@ def test_a_validation_metric_prunes_and_scores_on_validation_never_on_test():
 
 
 def test_each_finished_trial_prints_one_progress_line(tmp_path: Path, capsys):
-    """One stderr line per finished trial: done / target, its parameters and score (or why it has none), the best so far."""
+    """One stderr line per finished trial: done / target, its parameters and score (or why it has none), the best so
+    far."""
     (tmp_path / "flsuite").mkdir()
     fails = "x = float(args['x'])\nif x == 0.2: sys.exit(3)\n"
     (tmp_path / "flsuite" / "cli.py").write_text(
