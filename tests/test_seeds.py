@@ -161,13 +161,15 @@ def test_the_feature_index_keys_a_build_by_its_data_seed():
 def test_a_study_grid_of_data_and_training_seeds(tmp_path, monkeypatch, capsys):
     """experiments/study.py --seeds 0 --train_seeds 1 2: one data seed's clients trained with two training seeds, in
     `seed0-train1` and `seed0-train2`; the same clients (partition.json), other training (metrics.jsonl); one table
-    row over 2 seeds. A seed outside [0, 2**32) stops the study before any run."""
+    row over 2 seeds. A seed outside [0, 2**32) stops the study before any run. The driver's `flsuite` commands run in
+    this process (`study_in_this_process`: the folders and seeds are the driver's doing, not its processes')."""
     import sys
 
     from tests.compare.test_study_reuse import BASE, ROOT
-    from tests.helpers import load_experiment
+    from tests.helpers import load_experiment, study_in_this_process
 
     study = load_experiment("study")
+    pool = study_in_this_process(study, monkeypatch)
     assert [str(s) for s in study.run_seeds([0, 3], [1, 2])] == ["0-train1", "0-train2", "3-train1", "3-train2"]
     assert study.run_seeds([4], None) == [study.RunSeed(4)] and str(study.RunSeed(4)) == "4"
     assert study.common_args(study.RunSeed(0, 2), ["--rounds", "1"])[:4] == ["--seed", "0", "--train_seed", "2"]
@@ -199,6 +201,7 @@ def test_a_study_grid_of_data_and_training_seeds(tmp_path, monkeypatch, capsys):
     assert not runs.exists()
     monkeypatch.setattr(sys, "argv", [*argv, "--train_seeds", "1", "2", "--out", str(tmp_path / "t.md")])
     study.main()
+    assert pool.runs == 2
     folders = [runs / "s" / "base" / f"seed0-train{t}" for t in (1, 2)]
     envs = [json.loads((f / "environment.json").read_text()) for f in folders]
     assert [(e["data_seed"], e["train_seed"]) for e in envs] == [(0, 1), (0, 2)]
