@@ -16,16 +16,18 @@ import pytest
 from flsuite.pool import KILLED, WarmPool, run_fit_here
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The quickstart, smaller: 2 rounds of 1 epoch on its 4 domains, one client each (its CNN and pinned thread count).
 QUICK = [
     "--config",
     str(ROOT / "configs" / "quickstart.yaml"),
     "--rounds",
     "2",
-    "--progress",
-    "false",
-    "--wandb.enabled",
-    "false",
+    "--local.epochs",
+    "1",
+    "--data.init_args.clients_per_domain",
+    "1",
 ]
+QUICK += ["--progress", "false", "--wandb.enabled", "false"]
 
 
 def fit_noting_pid(argv: list[str], log_file: str, env: dict[str, str], pid_file: str) -> int:
@@ -49,14 +51,45 @@ def env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_run_in_a_warm_worker_after_another_run_is_the_fresh_process_run_byte_for_byte(tmp_path: Path) -> None:
-    """The quickstart (2 rounds) in a fresh `flsuite fit` process, and twice in one warm worker after a SCAFFOLD run of
-    another seed with other thread and environment settings, a run that raises (status 1, its traceback in its log)
-    and one with a config error (status 2): the same metrics.jsonl, byte for byte, and the same thread decision; the
-    worker outlives the failed runs."""
+    """The quickstart (2 rounds, smaller) in a fresh `flsuite fit` process, and twice in one warm worker after a SCAFFOLD
+    run of another seed with other thread and environment settings, a run that raises (status 1, its traceback in its
+    log) and one with a config error (status 2): the same metrics.jsonl, byte for byte, and the same thread decision;
+    the worker outlives the failed runs. The fresh process runs beside the worker (nothing is compared before both
+    are done)."""
     fresh = tmp_path / "fresh"
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", *QUICK, "--run_dir", str(fresh)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout + done.stderr
+    with open(tmp_path / "fresh.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            pids = warm_runs(tmp_path)
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, (tmp_path / "fresh.log").read_text()
+    for i in (1, 2):
+        run_dir = tmp_path / f"warm{i}"
+        assert (run_dir / "metrics.jsonl").read_bytes() == (fresh / "metrics.jsonl").read_bytes()
+        assert (run_dir / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes().replace(
+            str(fresh).encode(), str(run_dir).encode()
+        )
+    assert len(set(pids)) == 1  # one warm worker ran all five
+    import json
+
+    recorded = [json.loads((d / "environment.json").read_text()) for d in (fresh, tmp_path / "warm1")]
+    assert recorded[0]["threads"] == recorded[1]["threads"]
+    assert recorded[1]["argv"][1:] == [
+        "fit",
+        *QUICK,
+        "--run_dir",
+        str(tmp_path / "warm1"),
+    ]  # as `python -m flsuite.cli fit`
+
+
+def warm_runs(tmp_path: Path) -> list[str]:
+    """In one warm worker: the other run, the failing ones, then the quickstart twice (into warm1, warm2); the pids of
+    the worker that ran each."""
     pids = []
     with WarmPool(workers=1, task=fit_noting_pid) as pool:
         other = [
@@ -101,22 +134,8 @@ def test_a_run_in_a_warm_worker_after_another_run_is_the_fresh_process_run_byte_
                 == 0
             )
             pids.append((tmp_path / f"pid{i}").read_text())
-            assert (run_dir / "metrics.jsonl").read_bytes() == (fresh / "metrics.jsonl").read_bytes()
-            assert (run_dir / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes().replace(
-                str(fresh).encode(), str(run_dir).encode()
-            )
             assert "INFO flsuite.runtime: torch threads: 1 intra-op" in (tmp_path / f"warm{i}.log").read_text()
-    assert len(set(pids)) == 1  # one warm worker ran all five
-    import json
-
-    recorded = [json.loads((d / "environment.json").read_text()) for d in (fresh, tmp_path / "warm1")]
-    assert recorded[0]["threads"] == recorded[1]["threads"]
-    assert recorded[1]["argv"][1:] == [
-        "fit",
-        *QUICK,
-        "--run_dir",
-        str(tmp_path / "warm1"),
-    ]  # as `python -m flsuite.cli fit`
+    return pids
 
 
 def test_a_killed_worker_fails_its_run_alone_and_is_replaced(tmp_path: Path) -> None:
