@@ -13,9 +13,7 @@ import pytest
 import yaml
 
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.method import ClientModule
-from flsuite.methods.fedavg import FedAvg
-from tests.helpers import SMALL_CONFIG, run_cli, write_config
+from tests.helpers import PACE, SMALL_CONFIG, run_cli, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
@@ -187,22 +185,6 @@ def test_quickstart_config_parses():
     assert fed.rounds >= 10 and len(fed.data.build(fed.seed).clients) == 8
 
 
-#: Set in the environment of the `flsuite fit` process that gets killed: seconds each of its client fits waits first.
-PACE = "FLSUITE_TEST_CLIENT_PACE_S"
-
-
-class Paced(ClientModule):
-    """A client that waits `PACE` seconds before its fit where its process's environment says so: the killed run is
-    slow enough to be killed in the middle whatever the machine's speed; the runs of the test's own process are not."""
-
-    def begin(self) -> None:
-        time.sleep(float(os.environ.get(PACE, "0")))
-
-
-class PacedFedAvg(FedAvg):
-    client_module = Paced
-
-
 @pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path, capsys):
     """A real kill -9 of `flsuite fit` mid-run, then `--resume <run folder>`: the same metrics as a full run. Only the
@@ -215,9 +197,9 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, capsys):
             **SMALL["data"],
             "init_args": {"domains": ["clean", "rotated"], "clients_per_domain": 3, "flatten": True},
         },
-        "method": {"class_path": f"{__name__}.PacedFedAvg"},
+        "method": {"class_path": "tests.helpers.PacedFedAvg"},
         "sampling": {"fraction": 0.5},
-        "local": {"epochs": 2, "batch_size": 8, "lr": 0.05},
+        "local": {"epochs": 1, "batch_size": 32, "lr": 0.05},
     }
     config = write_config(tmp_path / "run.yaml", cfg)
     code, _, err = run_cli(["fit", "--config", str(config), "--run_dir", str(tmp_path / "full")], capsys)
@@ -228,7 +210,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, capsys):
     cli = [sys.executable, "-m", "flsuite.cli", "fit", "--config", str(config), "--run_dir", str(killed)]
     proc = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = killed / "checkpoints" / "last.pt"
-    deadline = time.time() + 120
+    deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
         if ckpt.is_file() and load_checkpoint(killed).round >= 2:
             break
@@ -289,16 +271,24 @@ def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     )
     env = {**os.environ, "FLSUITE_USER_CACHE": str(tmp_path / "user-cache")}
 
-    def run(*args: str) -> tuple[str, str]:
-        done = subprocess.run(
-            [sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=600
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-c", probe, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        return done.stdout, done.stderr.strip().splitlines()[-1]
 
-    for args in (["--version"], ["--help"], ["sweep", "--help"], ["compare", "--help"]):
-        assert run(*args)[1] == "[] 0", args
-    built, loaded = run("fit", "--help")
+    def result(proc: subprocess.Popen) -> tuple[str, str]:
+        out, err = proc.communicate(timeout=600)
+        return out, err.strip().splitlines()[-1]
+
+    # side by side: none of these reads or writes the cache the first `fit --help` fills
+    first, *light = [
+        start(*args)
+        for args in (["fit", "--help"], ["--version"], ["--help"], ["sweep", "--help"], ["compare", "--help"])
+    ]
+    for proc in light:
+        assert result(proc)[1] == "[] 0", proc.args
+    built, loaded = result(first)
     assert (
         loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
     )
-    assert run("fit", "--help") == (built, "[] 0")
+    assert result(start("fit", "--help")) == (built, "[] 0")
