@@ -129,11 +129,12 @@ def test_unknown_layers_are_named():
 
 def test_a_killed_run_with_hooked_layers_resumes_to_the_uninterrupted_one(tmp_path):
     """SmallCNN on the quickstart's UCI digits, FFA after its first block ("3": 4 channels) and at its representation
-    (16 units): killed when round 3 starts, resumed; the server's statistics are the uninterrupted run's."""
-    kwargs = dict(rounds=3, method=FedFA(layers=["3", "features"]))
+    (16 units): killed when round 2 starts (the checkpoint holds round 1's statistics, which round 2's clients
+    receive), resumed; the server's statistics are the uninterrupted run's."""
+    kwargs = dict(rounds=2, method=FedFA(layers=["3", "features"]))
     cnn_federation(tmp_path / "full", **kwargs).fit()
     with pytest.raises(KeyboardInterrupt):
-        cnn_federation(tmp_path / "killed", executor=CrashAtRound(3), **kwargs).fit()
+        cnn_federation(tmp_path / "killed", executor=CrashAtRound(2), **kwargs).fit()
     cnn_federation(None, **kwargs).fit(resume=tmp_path / "killed")
     assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
     full, resumed = load_checkpoint(tmp_path / "full").server_state, load_checkpoint(tmp_path / "killed").server_state
