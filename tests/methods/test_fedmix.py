@@ -176,12 +176,12 @@ def test_the_exchange_is_counted_once_and_nothing_more_travels_in_the_rounds(tmp
 
 @pytest.mark.parametrize("variant", ["fedmix", "naivemix"])
 def test_a_killed_run_resumes_to_the_uninterrupted_one_without_asking_again(tmp_path, variant):
-    """SmallCNN on the quickstart's UCI digits: killed when round 3 starts, resumed; the means come from the
+    """SmallCNN on the quickstart's UCI digits: killed when round 2 starts, resumed; the means come from the
     checkpoint (asked once, counted once)."""
-    kwargs = dict(rounds=3, method=FedMix(lam=0.2, mix_group=5, variant=variant))
+    kwargs = dict(rounds=2, method=FedMix(lam=0.2, mix_group=5, variant=variant))
     cnn_federation(tmp_path / "full", **kwargs).fit()
     with pytest.raises(KeyboardInterrupt):
-        cnn_federation(tmp_path / "killed", executor=CrashAtRound(3), **kwargs).fit()
+        cnn_federation(tmp_path / "killed", executor=CrashAtRound(2), **kwargs).fit()
     summary = cnn_federation(None, **kwargs).fit(resume=tmp_path / "killed")
     assert (tmp_path / "killed" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
     assert summary["query/fedmix/means/calls"] == summary["query/fedmix/delivery/calls"] == 1
