@@ -80,16 +80,18 @@ def environment(run_dir) -> dict:
 
 @pytest.mark.slow
 def test_the_run_records_its_choice_and_trains_with_the_compiled_loop(tmp_path, monkeypatch):
+    """The run of tests/federation/local/test_compiled.py's compiled tests (2 clients x 3 epochs of 6 batches a round),
+    so that its graphs' kernels are those that module compiles."""
+    from tests.federation.local.test_compiled import federation
+
     monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 10)
-    head_federation(tmp_path / "auto", rounds=2).fit()
+    federation(tmp_path / "auto", "auto", rounds=2).fit()
     recorded = environment(tmp_path / "auto")
     assert (recorded["loop"], recorded["requested"]) == (
         "compiled",
         "auto",
-    ) and "~64 local steps per process (>= 10)" in recorded["reason"]
-    head_federation(
-        tmp_path / "compiled", rounds=2, local=LocalTraining(epochs=2, batch_size=16, lr=0.05, loop="compiled")
-    ).fit()
+    ) and "~72 local steps per process (>= 10)" in recorded["reason"]
+    federation(tmp_path / "compiled", "compiled", rounds=2).fit()
     auto, compiled = (load_checkpoint(tmp_path / name).global_weights for name in ("auto", "compiled"))
     assert all(torch.equal(auto[k], compiled[k]) for k in auto)  # the same loop: the same bits
 
