@@ -51,11 +51,11 @@ def env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_run_in_a_warm_worker_after_another_run_is_the_fresh_process_run_byte_for_byte(tmp_path: Path) -> None:
-    """The quickstart (2 rounds, smaller) in a fresh `flsuite fit` process, and twice in one warm worker after a SCAFFOLD
-    run of another seed with other thread and environment settings, a run that raises (status 1, its traceback in its
-    log) and one with a config error (status 2): the same metrics.jsonl, byte for byte, and the same thread decision;
-    the worker outlives the failed runs. The fresh process runs beside the worker (nothing is compared before both
-    are done)."""
+    """The quickstart (2 rounds, smaller) in a fresh `flsuite fit` process, and twice in one warm worker after a
+    SCAFFOLD run of another seed with other thread and environment settings, a run that raises (status 1, its traceback
+    in its log) and one with a config error (status 2): the same metrics.jsonl, byte for byte, and the same thread
+    decision; the worker outlives the failed runs. The fresh process runs beside the worker (nothing is compared before
+    both are done)."""
     fresh = tmp_path / "fresh"
     cmd = [sys.executable, "-m", "flsuite.cli", "fit", *QUICK, "--run_dir", str(fresh)]
     with open(tmp_path / "fresh.log", "w") as log:
@@ -68,8 +68,16 @@ def test_a_run_in_a_warm_worker_after_another_run_is_the_fresh_process_run_byte_
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 0, (tmp_path / "fresh.log").read_text()
+    # the thread decision the fresh process logged (1 intra-op thread, the quickstart's; FLSUITE_THREADS overrides it)
+    (decided,) = [
+        line
+        for line in (tmp_path / "fresh.log").read_text().splitlines()
+        if line.startswith("INFO flsuite.runtime: torch threads:")
+    ]
+    assert "torch threads: 1 intra-op" in decided or "(FLSUITE_THREADS)" in decided, decided
     for i in (1, 2):
         run_dir = tmp_path / f"warm{i}"
+        assert decided in (tmp_path / f"warm{i}.log").read_text().splitlines()
         assert (run_dir / "metrics.jsonl").read_bytes() == (fresh / "metrics.jsonl").read_bytes()
         assert (run_dir / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes().replace(
             str(fresh).encode(), str(run_dir).encode()
@@ -134,7 +142,6 @@ def warm_runs(tmp_path: Path) -> list[str]:
                 == 0
             )
             pids.append((tmp_path / f"pid{i}").read_text())
-            assert "INFO flsuite.runtime: torch threads: 1 intra-op" in (tmp_path / f"warm{i}.log").read_text()
     return pids
 
 
