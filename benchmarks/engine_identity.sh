@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The engine-change check: run six reference federations for a few rounds and print each metrics.jsonl's md5.
 # Run it on the commit before a change and after it; the lines must be equal (byte-identical metrics.jsonl).
+# Compare md5s from the same machine only: float rounding follows the CPU's vector kernels (torch's CPU capability,
+# printed first), so two machines can give different md5s for the same code (two sets seen on this project's machines).
 #   benchmarks/engine_identity.sh OUT_DIR          (from the repository root)
 # Another commit without installing it:  git worktree add /tmp/base COMMIT && cd /tmp/base &&
 #   PYTHONPATH=/tmp/base FLSUITE_CACHE=/path/to/.cache bash /path/to/benchmarks/engine_identity.sh /tmp/base-runs
@@ -17,6 +19,8 @@ run() {  # name rounds args...
     echo "$(md5sum <"$out/$name/metrics.jsonl" | cut -d' ' -f1)  $name ($(wc -l <"$out/$name/metrics.jsonl") lines)"
 }
 mkdir -p "$out"
+python -c "import platform, torch; print(f'machine: {platform.processor() or platform.machine()}, torch {torch.__version__},'
+           f' CPU capability {torch.backends.cpu.get_cpu_capability()}')"
 run quickstart_fedavg 3 --config configs/quickstart.yaml
 run quickstart_scaffold 3 --config configs/quickstart.yaml --config configs/baselines/scaffold.yaml
 run ggeur_mnist_label_skew 2 --config configs/ggeur/effnet/mnist_label_skew.yaml --config configs/ggeur/with_ggeur.yaml \
