@@ -111,21 +111,22 @@ def test_feature_extraction_outside_a_run_is_quiet_unless_asked(capfd):
 
 PROBE = textwrap.dedent("""
     import torch
-    from flsuite.data.builtin import GaussianFeatures
-    from flsuite.federation.local.client import ClientEnvironment, run_client
-    from flsuite.federation.method import HyperParameters
-    from flsuite.federation.task import ClientTask, LocalTraining
-    from flsuite.methods.fedavg import FedAvg
-    from flsuite.models.heads import Linear
+    from flsuite.federation.local.dynamo import compiled_copy
 
     torch.set_num_threads(1)
-    # two batches: an eager first step, then one compiled forward-and-backward (Adam: no scanned steps, the
-    # smallest graph the compiled loop compiles)
-    data = GaussianFeatures(dim=4, num_classes=2, num_domains=1, clients_per_domain=1, samples_per_client=8).build(0)
-    local = LocalTraining(epochs=1, batch_size=4, loop="compiled", optimizer="adam")
-    env = ClientEnvironment(data, Linear(), HyperParameters(FedAvg()), local, seed=0)
-    weights = env.build_model().state_dict()
-    run_client(env, ClientTask(1, 0, 1, weights))
+
+
+    def double(x):
+        return x * 2 + 1
+
+
+    class Probe:  # the client class a layout names
+        pass
+
+
+    # every compilation of the compiled loop goes through `compiled_copy` (compiled.py's scanned SGD steps,
+    # loss_grads.py's loss and gradients): the smallest graph, compiled by inductor as theirs are
+    assert compiled_copy(double, (Probe, ()), 0)(torch.ones(2)).tolist() == [3.0, 3.0]
     print("fit done")
 
     # the control, in the same process: torch's probe, run again now that the compiled loop's quiet import is over,
@@ -146,8 +147,9 @@ PROBE = textwrap.dedent("""
 def test_the_compiled_loop_does_not_print_torchs_cuda_probe_warning(tmp_path):
     """A fresh process (the warning comes once per process, when inductor first imports torch.utils.cpp_extension),
     CUDA_HOME pointing at a folder so that the probe finds a "toolkit", and an empty inductor cache (the compilation
-    runs): the compiled fit does not print the warning; the control after it, torch's probe run again in that
-    process (a reload of the module), does."""
+    runs): the compiled loop's compilation does not print the warning; the control after it, torch's probe run again
+    in that process (a reload of the module), does. The compilation is the loop's own (`dynamo.compiled_copy`) of the
+    smallest graph, not a client fit's forward and backward (a fresh process and a cold compile either way)."""
     env = {
         **os.environ,
         "CUDA_HOME": str(tmp_path),
