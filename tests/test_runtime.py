@@ -219,6 +219,27 @@ def test_epoch_batches_are_contiguous_views_with_the_values_of_per_batch_indexin
         assert torch.equal(x, ex) and torch.equal(y, ey) and x.is_contiguous()
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_reused_epoch_batches_hold_each_epochs_fresh_values_in_one_buffer(drop_last):
+    """`reuse=True` (FKPL's server head): every epoch has the values a fresh gather gives, in the same buffer (so an
+    epoch's batches are overwritten by the next); with `steps` it is refused."""
+    from flsuite.data.base import EpochBatches
+
+    split = _tiny_client_env().data.clients[0].train
+    fresh = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, drop_last=drop_last)
+    reused = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, drop_last=drop_last, reuse=True)
+    pointers = set()
+    for _ in range(3):
+        expected, got = fresh.epoch(), reused.epoch()
+        assert len(got) == len(expected) and all(
+            torch.equal(x, ex) and torch.equal(y, ey) for (x, y), (ex, ey) in zip(got, expected)
+        )
+        pointers.add((got[0][0].data_ptr(), got[0][1].data_ptr()))
+    assert len(pointers) == 1
+    with pytest.raises(ValueError, match="takes `epochs`, not `steps`"):
+        EpochBatches(split, 16, torch.Generator(), steps=5, reuse=True)
+
+
 def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
     """run_client (one Lightning fit, the lean training_step) computes exactly the textbook loop: same weights, and
     the mean loss as a float64 running sum in step order."""

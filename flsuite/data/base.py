@@ -128,6 +128,11 @@ class EpochBatches:
     Lightning therefore runs one `training_step` per epoch and the client module loops over the batches itself, which
     keeps per-batch framework overhead out of the hot path (docs/performance.md, "Frozen-feature rounds"). With `steps`,
     a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
+
+    With `reuse`, every epoch is gathered into the same buffers, so an epoch's batches are overwritten when the next
+    epoch is drawn: for a fit that reads each epoch once before drawing the next (Lightning's does), over a split
+    large enough that a fresh gather per epoch costs more than the training (FKPL's server head: docs/performance.md,
+    "Server fits"). Without `steps` only; the values are the same as without it.
     """
 
     def __init__(
@@ -139,11 +144,16 @@ class EpochBatches:
         epochs: int = 1,
         steps: int | None = None,
         drop_last: bool = False,
+        reuse: bool = False,
     ) -> None:
         if len(split) == 0:
             raise DataError("cannot train on an empty client split")
+        if reuse and steps:
+            raise ValueError("EpochBatches(reuse=True) draws whole epochs: it takes `epochs`, not `steps`")
         self.split, self.batch_size, self.generator = split, batch_size, generator
         self.epochs, self.steps, self.drop_last = (1 if steps else epochs), steps, drop_last
+        self.reuse = reuse
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # the gathers' buffers, with `reuse`
 
     def __len__(self) -> int:
         return 1
@@ -155,7 +165,14 @@ class EpochBatches:
         order = torch.randperm(n, generator=self.generator)
         stop = n - n % self.batch_size if (self.drop_last and n >= self.batch_size) else n
         order = order[:stop]
-        return list(zip(self.split.x[order].split(self.batch_size), self.split.y[order].split(self.batch_size)))
+        if not self.reuse:
+            x, y = self.split.x[order], self.split.y[order]
+        else:
+            if self._buffers is None:
+                self._buffers = (self.split.x.new_empty((stop, *self.split.x.shape[1:])), self.split.y.new_empty(stop))
+            x = torch.index_select(self.split.x, 0, order, out=self._buffers[0])
+            y = torch.index_select(self.split.y, 0, order, out=self._buffers[1])
+        return list(zip(x.split(self.batch_size), y.split(self.batch_size)))
 
     def epoch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The batches of the next epoch (or the `steps` batches)."""
