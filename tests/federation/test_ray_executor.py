@@ -1,12 +1,14 @@
 """RayExecutor: same metrics as the serial executor, retries, dropped clients, dead workers, non-finite updates.
 
-All on the test process's local Ray (2 CPUs, tests/conftest.py); each federation run creates (and kills) its own actors.
+All on the test process's local Ray (2 CPUs, tests/conftest.py), its workers handed from run to run (`keep_workers`),
+but for two tests that read `own_ray_process`, a process that starts Ray its own way.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from flsuite.federation.phases import ClientFailedError
 from flsuite.federation.ray_executor import RayExecutor
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.scaffold import Scaffold
-from tests.helpers import ExplodingFedAvg, head_federation, start_local_ray
+from tests.helpers import ExplodingFedAvg, head_federation
 
 ray = pytest.importorskip("ray")
 
@@ -135,21 +137,17 @@ def stopped(worker, deadline_s: float = 60.0) -> bool:
     return False
 
 
-def test_idle_workers_of_a_ray_shut_down_since_are_not_taken(tmp_path, serial_fedavg, caplog):
+def test_idle_workers_of_a_ray_shut_down_since_are_not_taken(own_ray_process, serial_fedavg):
     """A new local Ray numbers its jobs from 1 again: workers kept on the Ray before are not handed on (a CI run in a
     random order once took them and failed with "Can't find actor"), not even offered: the new Ray's run starts its
-    own worker without trying one of the old Ray's (which `start` would skip, as gone). One worker a run is enough (a
-    new worker imports torch and Lightning: seconds)."""
-    head_federation(tmp_path / "first", executor=ray_executor(num_workers=1)).fit()
-    assert idle_pids()
-    ray.shutdown()
-    start_local_ray()
-    caplog.clear()
-    with caplog.at_level("INFO", logger="flsuite.federation.ray_executor"):
-        head_federation(tmp_path / "second", executor=ray_executor(num_workers=1)).fit()
-    assert "RayExecutor: 1 workers\n" in caplog.text + "\n" and "reused" not in caplog.text, caplog.text
-    assert "an idle Ray worker was gone" not in caplog.text, caplog.text
-    assert (tmp_path / "second" / "metrics.jsonl").read_text() == serial_fedavg
+    own worker without trying one of the old Ray's (which `start` would skip, as gone). Shown in `own_ray_process`
+    (its first Ray keeps a worker idle and is shut down, its next run starts a Ray of its own), not on this process's
+    Ray, whose workers the other tests here share."""
+    out, run = own_ray_process
+    assert "RayExecutor: 1 workers" in out["kept"] and "IDLE 1\n" in out["kept"], out["kept"]  # the old Ray kept one
+    assert "RayExecutor: 1 workers\n" in out["ours"] and "reused" not in out["ours"], out["ours"]
+    assert "an idle Ray worker was gone" not in out["ours"], out["ours"]
+    assert (run / "metrics.jsonl").read_text() == serial_fedavg
 
 
 def test_without_keep_workers_a_run_stops_its_workers(tmp_path, serial_fedavg, monkeypatch):
@@ -239,43 +237,69 @@ def test_ray_equals_serial_with_a_server_fit_and_setup_queries(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-RAY_NOISE = """
-import logging, sys
+#: A process of its own Ray: first a user's Ray (1 CPU), on which a run keeps its worker idle (the count
+#: of idle workers printed) before that Ray is shut down; then a run that starts a local Ray of its own (and keeps its
+#: workers: they must not be those of the Ray before); then Ray's token-authentication warnings outside flsuite's
+#: `ray.init`. Each part's stderr follows its "--- part ---" line. Ray warns at the first local start of a process
+#: whose RAY_AUTH_MODE is unset and sets it to "token" for the process (a later start does not warn): the script
+#: unsets it again after the user's Ray, as in a new process, and prints it after flsuite's start ("token": that start
+#: took the path that warns).
+OWN_RAY = """
+import logging, os, sys
 from pathlib import Path
+import ray
 from ray._private.authentication import authentication_token_setup as auth
+from flsuite.federation import ray_workers
 from flsuite.federation.ray_executor import RayExecutor
 from tests.helpers import head_federation
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # as the CLI does
-head_federation(Path(sys.argv[1]), rounds=1, executor=RayExecutor(num_cpus=1, num_workers=1)).fit()
-print("--- after flsuite's run ---", file=sys.stderr, flush=True)
+def part(name):
+    print(f"--- {name} ---", file=sys.stderr, flush=True)
+part("kept")
+ray.init(num_cpus=1, include_dashboard=False)  # warns (the process's first local start)
+head_federation(Path(sys.argv[1]) / "kept", rounds=1, executor=RayExecutor(num_workers=1, keep_workers=True)).fit()
+print("IDLE", sum(len(pool) for pool in ray_workers._IDLE.values()), file=sys.stderr, flush=True)
+ray.shutdown()
+os.environ.pop("RAY_AUTH_MODE", None)
+part("ours")
+head_federation(Path(sys.argv[1]) / "run", executor=RayExecutor(num_cpus=1, num_workers=1, keep_workers=True)).fit()
+print("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE"), file=sys.stderr, flush=True)
+part("after")
 auth._warn_token_auth_enabled()  # the same warning outside flsuite's ray.init
 auth._warn_token_auth_disabled()  # and a genuine one from the same logger
 """
 
 
-@pytest.mark.slow
-def test_a_local_run_drops_rays_token_auth_opt_out_warning_for_its_own_start_only(tmp_path):
-    """A local RayExecutor does not print Ray's "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to
-    opt out" (a cluster only this process uses); Ray's other output, and that logger's warnings outside flsuite's
-    `ray.init`, still show."""
+@pytest.fixture(scope="module")
+def own_ray_process(tmp_path_factory) -> tuple[dict[str, str], Path]:
+    """`OWN_RAY` run once for the module (it needs a process without this one's Ray): its stderr by part, and the run
+    directory of its run on its own Ray (the default federation: compared with `serial_fedavg`)."""
     import subprocess
     import sys
 
+    tmp_path = tmp_path_factory.mktemp("own_ray")
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     proc = subprocess.run(
-        [sys.executable, "-c", RAY_NOISE, str(tmp_path / "run")],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", OWN_RAY, str(tmp_path)], cwd=root, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ours, _, after = proc.stderr.partition("--- after flsuite's run ---")
-    assert after, proc.stderr[-3000:]
+    _, *pieces = re.split(r"^--- (\w+) ---\n", proc.stderr, flags=re.M)  # [before, name, its text, name, ...]
+    parts = dict(zip(pieces[::2], pieces[1::2]))
+    assert list(parts) == ["kept", "ours", "after"], proc.stderr[-3000:]
+    return parts, tmp_path / "run"
+
+
+@pytest.mark.slow
+def test_a_local_run_drops_rays_token_auth_opt_out_warning_for_its_own_start_only(own_ray_process):
+    """A local RayExecutor does not print Ray's "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to
+    opt out" (a cluster only this process uses); Ray's other output, and that logger's warnings outside flsuite's
+    `ray.init` (a user's own, and later calls), still show."""
+    out, run = own_ray_process
+    ours, after = out["ours"], out["after"]
     assert "Started a local Ray instance" in ours and "RayExecutor: 1 workers" in ours  # Ray and flsuite still speak
-    assert "Token authentication is enabled" not in ours, ours
-    assert "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out" in after
+    assert "RAY_AUTH_MODE token\n" in ours and "Token authentication is enabled" not in ours, ours
+    for outside in (out["kept"], after):
+        assert "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out" in outside
     assert "Token authentication is disabled for this Ray cluster" in after
-    assert (tmp_path / "run" / "summary.json").is_file()
+    assert (run / "summary.json").is_file()
