@@ -1,11 +1,14 @@
 """A real two-node Ray cluster on this machine (two raylets started with `ray start` on 127.0.0.1): `flsuite fit` with
-`address: auto` equals the serial run bit for bit, and a run that loses the second node in the middle of a round
-completes with the same metrics (the executor replaces the dead worker and retries its client). Each run is its own
-`flsuite fit` process, as a user's is.
+`address: auto`, its workers spread over both nodes, loses the second node in the middle of a round and still equals
+the serial run bit for bit (the executor replaces the dead worker and retries its client). The run is its own
+`flsuite fit` process, as a user's is. One run shows both: attached to the cluster (its second node's workers are the
+only ones that kill their node) and the same numbers as the serial run through a round on both nodes, a node's loss,
+and a round on the head alone; a run without the loss would start its driver and two workers again (seconds each) to
+show nothing more.
 
-The module's cluster is started once; a driver of its own, connected to the head node for the module, counts the nodes
-Ray reports alive (a new driver per count cost seconds of `ray.init`), and Ray's control service health-checks the nodes
-every 0.5 s instead of 3 s, so a lost node is marked dead seconds after its raylet died."""
+A driver of its own, connected to the head node, counts the nodes Ray reports alive (a new driver per count cost
+seconds of `ray.init`), and Ray's control service health-checks the nodes every 0.5 s instead of 3 s, so a lost node
+is marked dead seconds after its raylet died."""
 
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,11 +146,9 @@ class NodeCounter:
 
 @dataclass(frozen=True)
 class LocalCluster:
-    """The module's cluster: its address, how to start its second node again (after a test that loses it), and the
-    count of the nodes Ray reports alive."""
+    """The test's cluster: its address and the count of the nodes Ray reports alive."""
 
     address: str
-    start_second_node: Callable[[], None]
     counter: NodeCounter
 
     def nodes_alive(self) -> int:
@@ -158,8 +158,6 @@ class LocalCluster:
 @pytest.fixture(scope="module")
 def cluster():
     """`ray start --head` (2 CPUs) and a second `ray start` (1 CPU) on 127.0.0.1, in a Ray temp dir of their own.
-    `two_nodes` starts the second node again before a test if an earlier one took it down, so the tests hold in any
-    order.
 
     The cluster touches nothing else on the machine, so it can run beside the suite's other Ray tests (each starts its
     own local Ray, on another xdist worker too): its address file lives in that temp dir, where a plain `ray.init()`
@@ -188,29 +186,15 @@ def cluster():
             *own,
             env={**env, **HEALTH_CHECKS},
         )
-
-        def start_second_node() -> None:
-            ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
-
-        start_second_node()
+        ray_cli("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *own, env={**env, KILL_AT: "2"})
         counter = NodeCounter(f"127.0.0.1:{port}", env)
-        yield LocalCluster(f"127.0.0.1:{port}", start_second_node, counter)
+        yield LocalCluster(f"127.0.0.1:{port}", counter)
     finally:
         if counter is not None:
             counter.close()
         stop_processes_naming(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not processes_naming(temp_dir), f"processes of the test cluster ({temp_dir}) outlived its teardown"
-
-
-@pytest.fixture
-def two_nodes(cluster):
-    """The module's cluster with both nodes alive: the second one started again if an earlier test lost it."""
-    if cluster.nodes_alive() < 2:
-        cluster.start_second_node()
-        waited, seen = wait_for_nodes_alive(cluster, 2, deadline_s=NODE_DEATH_DEADLINE_S)
-        assert seen[-1] == 2, f"the second node did not come back within {waited:.0f} s (counts seen: {seen})"
-    return cluster
 
 
 class KillsItsNode(ClientModule):
@@ -283,7 +267,7 @@ def serial_metrics(tmp_path_factory) -> str:
 
 
 #: How long a test waits for Ray to mark a lost node dead (it does once the node has failed several health checks), or
-#: for a restarted node to register.
+#: for a started node to register.
 NODE_DEATH_DEADLINE_S = 60.0
 
 
@@ -302,25 +286,19 @@ def wait_for_nodes_alive(
 
 
 @pytest.mark.slow
-def test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run(tmp_path, two_nodes, serial_metrics):
-    assert two_nodes.nodes_alive() == 2
-    done = fit(tmp_path, "cluster", two_nodes.address, *ON_THE_CLUSTER)
-    assert "RayExecutor: 2 workers" in done.stderr
-    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == serial_metrics
-
-
-@pytest.mark.slow
-def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, two_nodes, serial_metrics):
+def test_losing_the_second_node_mid_round_completes_with_the_same_metrics(tmp_path, cluster, serial_metrics):
+    """Also what test_a_two_node_cluster_attached_with_address_auto_equals_the_serial_run showed (its run was this
+    one without the loss): attached with `address: auto`, two workers, one on each node, the serial run's metrics."""
     method = "--method=tests.federation.test_ray_cluster.NodeLossFedAvg"
     assert KILL_AT not in os.environ  # the reference run's process: there NodeLossFedAvg is FedAvg
-    assert two_nodes.nodes_alive() == 2
-    done = fit(tmp_path, "cluster", two_nodes.address, method, *ON_THE_CLUSTER)
+    waited, seen = wait_for_nodes_alive(cluster, 2, deadline_s=NODE_DEATH_DEADLINE_S)
+    assert seen[-1] == 2, f"the cluster counted {seen[-1]} nodes alive after {waited:.0f} s (counts seen: {seen})"
+    done = fit(tmp_path, "cluster", cluster.address, method, *ON_THE_CLUSTER)
+    assert "RayExecutor: 2 workers" in done.stderr
     died = [line for line in done.stderr.splitlines() if "worker died" in line]
     assert died and all("round 2" in line for line in died)  # the client in flight on the lost node, retried elsewhere
     assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == serial_metrics
     # the second node really went away: Ray's control service marks it dead some time after its raylet died (its
     # health checks must fail first), so one count right after the run can still include it; wait for the change
-    # (the `two_nodes` fixture starts it again for a later test: a random order once ran the two-node test after
-    # this one, against one node)
-    waited, seen = wait_for_nodes_alive(two_nodes, 1, deadline_s=NODE_DEATH_DEADLINE_S)
+    waited, seen = wait_for_nodes_alive(cluster, 1, deadline_s=NODE_DEATH_DEADLINE_S)
     assert seen[-1] == 1, f"the cluster still counted {seen[-1]} nodes alive after {waited:.0f} s (counts seen: {seen})"
