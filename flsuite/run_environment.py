@@ -35,7 +35,9 @@ def write_json(path: Path, obj: Any) -> None:
 def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
     """What is needed to reproduce a run besides its config; `seed` and the data and training seeds it ran with
     (`seeds`, default both `seed`: `flsuite.seeding.Seeds`); `code`: the package version, git commit and uncommitted
-    changes (`flsuite.provenance.code_version`), which decide whether a study driver may reuse the run."""
+    changes (`flsuite.provenance.code_version`), which decide whether a study driver may reuse the run;
+    `cpu_capability`: the vector instructions torch's CPU kernels use (AVX2, AVX512, …), which, like the thread count,
+    decide the last bits of a CPU run's sums (the same config gives other metrics on another kind of CPU)."""
     import lightning
     import torch
 
@@ -60,6 +62,7 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
         "versions": versions,
         "code": code_version(),
         "platform": platform.platform(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "argv": sys.argv,
         "threads": thread_counts(),
     }
@@ -70,12 +73,13 @@ def resumed_environment(
 ) -> dict[str, Any]:
     """environment.json after `flsuite fit --resume` (decision, issue 38): the record of the run's start is kept as it
     was (its `code`, `versions`, `argv`, seeds, `local_loop`: the code that began the run) and the resume is appended to
-    `resumes` — its code, versions, command line, threads, the loop it trains with (`local_loop`) and where it continued
-    (`resumed_at`: phase, round). A run resumed under other code is so recorded, not refused (a killed run can be
-    salvaged), and `flsuite.provenance` treats it as made by more than one code version. A folder without a readable
-    record (from before environment.json) starts from `now`."""
+    `resumes` — its code, versions, CPU capability, command line, threads, the loop it trains with (`local_loop`) and
+    where it continued (`resumed_at`: phase, round). A run resumed under other code is so recorded, not refused (a
+    killed run can be salvaged), and `flsuite.provenance` treats it as made by more than one code version. A folder
+    without a readable record (from before environment.json) starts from `now`."""
     base = dict(previous) if previous else {k: v for k, v in now.items() if k != "code"}
-    entry = {k: now[k] for k in ("code", "versions", "argv", "threads", "local_loop") if k in now} | dict(resumed_at)
+    kept = ("code", "versions", "cpu_capability", "argv", "threads", "local_loop")
+    entry = {k: now[k] for k in kept if k in now} | dict(resumed_at)
     return base | {"resumes": [*base.get("resumes", []), entry]}
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from flsuite import provenance
@@ -217,6 +218,9 @@ def test_a_resume_keeps_the_starting_code_and_appends_its_own(tmp_path: Path, mo
     env = json.loads(env_file.read_text())
     assert env["code"] == start_code and env["argv"] == started["argv"] and env["seed"] == started["seed"]
     assert [(r["code"], r["phase"], r["round"]) for r in env["resumes"]] == [(resuming, 0, 2)]
+    # the CPU's vector instructions decide the last bits of a CPU run: the start's and each resume's recorded
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert started["cpu_capability"] == env["resumes"][0]["cpu_capability"] == capability
     assert provenance.recorded_code(tmp_path / "run") == start_code | {"resumed_by": ["bbbbbbbbbb"]}
     decision = same_experiment(tmp_path / "run", "{}", CLEAN)
     assert (
