@@ -34,6 +34,7 @@ import hashlib
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,3 +278,23 @@ def code_mix(codes: Sequence[Mapping[str, Any] | None]) -> str:
         f"{label} ({n} run{'s' * (n != 1)})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     )
     return f"Warning: these runs come from {len(counts)} code versions: {shown}; a table should hold runs of one."
+
+
+def recorded_cpu(environment: Mapping[str, Any]) -> str | None:
+    """The CPU capabilities (torch's vector instructions) an environment.json recorded: its start's, then any other a
+    resume ran on, joined by " then "; None for a run made before they were recorded."""
+    kinds = [environment.get("cpu_capability"), *(r.get("cpu_capability") for r in environment.get("resumes", []))]
+    return " then ".join(dict.fromkeys(k for k in kinds if k)) or None
+
+
+def cpu_mix(kinds: Sequence[str | None]) -> str:
+    """A warning when runs were made on more than one kind of CPU (`recorded_cpu`; runs that recorded none left out),
+    whose vector instructions decide the last bits of a CPU run's sums; "" otherwise."""
+    counts = Counter(k for k in kinds if k)
+    if len(counts) < 2:
+        return ""
+    shown = ", ".join(f"{kind} ({n} run{'s' * (n != 1)})" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return (
+        f"Warning: these runs were made on {len(counts)} kinds of CPU (torch CPU capability): {shown}; a rerun on "
+        "one machine gives other last digits for some of them."
+    )

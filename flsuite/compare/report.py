@@ -23,7 +23,7 @@ from flsuite.compare.stats import (
     pair_key,
     paired_difference,
 )
-from flsuite.provenance import code_mix
+from flsuite.provenance import code_mix, cpu_mix
 from flsuite.records import ACC_MEAN, ROUND, evaluated
 
 
@@ -95,6 +95,10 @@ class Comparison:
         """A warning naming the code versions (commit, uncommitted changes) when the runs come from several."""
         return code_mix([r.code for g in self.groups for r in g.runs])
 
+    def cpu_warning(self) -> str:
+        """A warning naming the kinds of CPU (torch's CPU capability) when the runs were made on several."""
+        return cpu_mix([r.cpu for g in self.groups for r in g.runs])
+
     def cost_rows(self) -> tuple[list[str], list[list[str]]]:
         targets = {g.target for g in self.groups if g.target is not None}
         target = f"rounds to {targets.pop():g}%" if len(targets) == 1 else "rounds to target"
@@ -157,7 +161,7 @@ class Comparison:
     def markdown(self, title: str | None = None, png: str | None = None) -> str:
         lines = [f"## {title}", ""] if title else []
         lines += [self.note(), ""]
-        for warning in (self.remark(), self.code_warning()):
+        for warning in (self.remark(), self.code_warning(), self.cpu_warning()):
             if warning:
                 lines += [f"**{warning}**", ""]
         lines += [*_md_table(*self.accuracy_rows()), ""]
@@ -183,7 +187,11 @@ class Comparison:
             f"<h2>{html.escape(title)}</h2>",
             f"<p>{html.escape(self.note())}</p>",
             f"<p><strong>{html.escape(self.remark())}</strong></p>" if self.remark() else "",
-            f"<p><strong>{html.escape(self.code_warning())}</strong></p>" if self.code_warning() else "",
+            *(
+                f"<p><strong>{html.escape(warning)}</strong></p>"
+                for warning in (self.code_warning(), self.cpu_warning())
+                if warning
+            ),
             _html_table(*self.accuracy_rows()),
             *(
                 [f"<p>{html.escape(self.paired_note())}</p>", _html_table(*self.paired_rows())]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from flsuite.provenance import environment_code
+from flsuite.provenance import environment_code, recorded_cpu
 from flsuite.records import ACC_PREFIX, summary_prefix
 
 
@@ -34,6 +34,11 @@ class Run:
         """The code version the run recorded (`flsuite.provenance.environment_code`: the code that began it, marked
         when a resume ran other code), None for a run made before."""
         return environment_code(self.environment)
+
+    @property
+    def cpu(self) -> str | None:
+        """The kind of CPU the run was made on (`flsuite.provenance.recorded_cpu`), None for a run made before."""
+        return recorded_cpu(self.environment)
 
     @property
     def prefix(self) -> str:

@@ -103,3 +103,25 @@ def test_folders_a_driver_moved_aside_are_not_runs_of_the_study(study: Path):
     make_run(moved, [{"x": 10.0}], 1, config=FEDAVG)
     assert moved not in find_runs([study])[0] and len(find_runs([study])[0]) == 11
     assert find_runs([moved])[0] == [moved]  # named directly, it is still a run folder
+
+
+def test_a_table_of_runs_from_several_kinds_of_cpu_is_flagged(study: Path):
+    """The CPU's vector instructions decide a CPU run's last bits (README, Reproducibility): a table mixing them says
+    so; runs that recorded none (made before the record) and one kind are no warning; a resume on another kind counts
+    as a kind of its own."""
+    runs = find_runs([study])[0]
+    for i, run in enumerate(runs):  # 11 runs: 6 on AVX512, 2 on AVX2, 1 started on AVX2 resumed on AVX512, 2 without
+        kinds = ["AVX512"] if i < 6 else ["AVX2"] if i < 8 else ["AVX2", "AVX512"] if i < 9 else []
+        env = {"seed": 0, **({"cpu_capability": kinds[0]} if kinds else {})}
+        (run / "environment.json").write_text(json.dumps(env | {"resumes": [{"cpu_capability": k} for k in kinds[1:]]}))
+    c = compare({"all": runs}, across_configs=True)
+    warning = (
+        "Warning: these runs were made on 3 kinds of CPU (torch CPU capability): AVX512 (6 runs), AVX2 (2 runs), "
+        "AVX2 then AVX512 (1 run); a rerun on one machine gives other last digits for some of them."
+    )
+    assert c.cpu_warning() == warning
+    assert f"**{warning}**" in c.markdown() and f"<strong>{warning}</strong>" in c.html("t")
+    for run in runs[6:9]:
+        (run / "environment.json").write_text(json.dumps({"cpu_capability": "AVX512"}))
+    c = compare({"all": runs}, across_configs=True)
+    assert c.cpu_warning() == "" and "Warning" not in c.markdown()
