@@ -47,16 +47,37 @@ class ClientEnvironment:
         return step_flops(model, self.data.input_shape, self.local.batch_size)
 
 
+#: Lightning's loggers and the levels client fits set them to (no banners or per-fit hints).
+_QUIET_LEVELS = (
+    ("lightning.pytorch", logging.WARNING),
+    ("lightning.fabric", logging.WARNING),
+    ("lightning", logging.WARNING),
+    ("lightning.pytorch.utilities.rank_zero", logging.ERROR),
+    ("lightning.pytorch.accelerators.cuda", logging.ERROR),
+)
+#: Warnings ignored in client fits; the last is Lightning's pytree vs newer torch, once per fit.
+_QUIET_WARNINGS = (r".*does not have many workers.*", r".*GPU available but not used.*", r".*treespec, LeafSpec.*")
+#: The first entries of `warnings.filters` as `_quiet_lightning` last left them.
+_quiet_filters: list[object] | None = None
+
+
 def _quiet_lightning() -> None:
     """Client fits are many and tiny: no banners ("GPU available…") or dataloader-worker hints per client. Set up by
-    `make_trainer`, so a server-side fit is as quiet when no client fit ran in its process (clients on Ray workers)."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=r".*GPU available but not used.*")
-    warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*")  # lightning's pytree vs newer torch, per fit
+    `make_trainer`, so a server-side fit is as quiet when no client fit ran in its process (clients on Ray workers).
+
+    Called per fit, it only sets what is not already set: `Logger.setLevel` clears the level cache of every logger
+    of the process even when the level stays the same, and `warnings.filterwarnings` re-inserts its filter and
+    resets every module's warning registry; when `warnings.filters` already starts with this function's filters in
+    its order (nothing was put before them since), adding them again would leave the same list."""
+    global _quiet_filters
+    for name, level in _QUIET_LEVELS:
+        logger = logging.getLogger(name)
+        if logger.level != level:
+            logger.setLevel(level)
+    if _quiet_filters is None or list(warnings.filters[: len(_QUIET_WARNINGS)]) != _quiet_filters:
+        for message in _QUIET_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        _quiet_filters = list(warnings.filters[: len(_QUIET_WARNINGS)])
 
 
 _cached_entry_points: Callable[..., tuple] | None = None
