@@ -29,10 +29,12 @@ from flsuite.methods.fedprox import FedProx, FedProxClient, FedProxClientSetting
 from flsuite.methods.fedsr import FedSR, FedSRModel
 from flsuite.methods.fpl import FPL
 from flsuite.methods.scaffold import Scaffold
-from flsuite.models.heads import MLP
+from flsuite.models.heads import MLP, Linear
 from tests.helpers import head_federation
 
 DATA = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=44)
+#: DATA's clients with 40 samples: 5 equal batches of 8 an epoch (DATA's have a smaller last batch of 4)
+EQUAL = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=2, samples_per_client=40)
 
 
 def local(loop: str, **kwargs) -> LocalTraining:
@@ -42,17 +44,18 @@ def local(loop: str, **kwargs) -> LocalTraining:
 
 
 def federation(run_dir, loop: str, **overrides):
-    """A run over the clients of `client_fits` (DATA, the same model, batch 8: five full batches and one of 4 per
-    epoch): its graphs have the shapes of `client_fits(batch_size=8)`'s, so inductor's kernel cache (shared by the
-    processes of a test session) compiles their kernels once."""
+    """A run over the clients of `fits` (DATA, the same linear model, batch 8: five full batches and one of 4 an epoch):
+    its graphs have the shapes of `fits`'s, so inductor's kernel cache (shared by the processes of a test session)
+    compiles their kernels once."""
     return head_federation(
-        run_dir, **{"data": DATA, "model": MLP(hidden=(5,)), "local": local(loop, batch_size=8), **overrides}
+        run_dir, **{"data": DATA, "model": Linear(), "local": local(loop, batch_size=8), **overrides}
     )
 
 
-def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
-    """Two clients' fits from the same global weights (44 samples, batch 4: 11 equal batches, one shape)."""
-    data = DATA.build(seed=1)
+def client_fits(loop: str, method=None, model=None, data=DATA, **kwargs) -> list:
+    """Two clients' fits of `data` from the same global weights; by default an MLP at batch 4 (DATA's 44 samples: 11
+    equal batches), as tests/methods use it; the tests here go through `fits`."""
+    data = data.build(seed=1)
     env = ClientEnvironment(
         data, model or MLP(hidden=(5,)), HyperParameters(method or FedAvg()), local(loop, **kwargs), seed=0
     )
@@ -61,9 +64,17 @@ def client_fits(loop: str, method=None, model=None, **kwargs) -> list:
     return [run_client(env, ClientTask(1, k, 10 + k, weights)) for k in range(2)]
 
 
-@pytest.mark.parametrize(("batch_size", "steps"), [(4, 33), (8, 18)], ids=["equal batches", "a smaller last batch"])
-def test_a_compiled_fit_is_the_lean_fit_up_to_rounding(batch_size, steps):
-    lean, fast = client_fits("lean", batch_size=batch_size), client_fits("compiled", batch_size=batch_size)
+def fits(loop: str, **kwargs) -> list:
+    """`client_fits` of `federation`'s linear model at its batch of 8 (44 samples: 5 full batches and one of 4 an
+    epoch), the batch of every compiled fit here: a graph's kernels are specialised to its shapes and shared by graphs
+    that have the same ones, and each operation of the loss is more kernels to compile (a linear model is the fewest:
+    the methods that read features, a hidden layer's, pass `model=MLP(...)`)."""
+    return client_fits(loop, **{"batch_size": 8, "model": Linear(), **kwargs})
+
+
+@pytest.mark.parametrize(("data", "steps"), [(EQUAL, 15), (DATA, 18)], ids=["equal batches", "a smaller last batch"])
+def test_a_compiled_fit_is_the_lean_fit_up_to_rounding(data, steps):
+    lean, fast = fits("lean", data=data), fits("compiled", data=data)
     for a, b in zip(lean, fast):
         assert a.num_steps == b.num_steps == steps
         assert b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
@@ -90,25 +101,21 @@ def scanned_calls(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize(
-    ("batch_size", "runs", "steps"),
-    [(4, [10, 11, 11], 33), (8, [4, 5, 5], 18)],
-    ids=["equal batches", "a smaller last batch"],
-)
-def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, batch_size, runs, steps):
+@pytest.mark.parametrize(("data", "steps"), [(EQUAL, 15), (DATA, 18)], ids=["equal batches", "a smaller last batch"])
+def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, data, steps):
     """FedAvg with SGD: nothing runs between two steps, so after the fit's first (eager) step each epoch's full
-    batches are one call (44 samples: 11 batches of 4, or 5 of 8 and a last one of 4, which runs eagerly)."""
+    batches are one call (40 samples: 5 batches of 8; 44: 5 of 8 and a last one of 4, which runs eagerly)."""
     calls = scanned_calls(monkeypatch)
-    fits = client_fits("compiled", batch_size=batch_size)
-    assert calls == runs * 2  # two clients
-    assert [fit.num_steps for fit in fits] == [steps, steps]
+    done = fits("compiled", data=data)
+    assert calls == [4, 5, 5] * 2  # two clients
+    assert [fit.num_steps for fit in done] == [steps, steps]
 
 
 def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(monkeypatch):
     """`local.steps`: 14 batches of 8 over 44 samples cross passes (5 full + 1 of 4 per pass): runs of full batches
     from two passes are stacked by copy, and the smaller batches run eagerly between them."""
     calls = scanned_calls(monkeypatch)
-    lean, fast = client_fits("lean", batch_size=8, steps=14), client_fits("compiled", batch_size=8, steps=14)
+    lean, fast = fits("lean", steps=14), fits("compiled", steps=14)
     assert calls == [4, 5, 2] * 2
     for a, b in zip(lean, fast):
         assert a.num_steps == b.num_steps == 14
@@ -136,7 +143,7 @@ def test_hooks_or_another_optimiser_keep_one_compiled_call_per_batch(monkeypatch
     """Method code between two steps (here gradient clipping), or an optimiser other than plain SGD: each batch is
     one compiled forward-and-backward, the hook and the optimiser's step run between them, as in the lean loop."""
     calls = scanned_calls(monkeypatch)
-    lean, fast = client_fits("lean", method=method, **kwargs), client_fits("compiled", method=method, **kwargs)
+    lean, fast = fits("lean", method=method, **kwargs), fits("compiled", method=method, **kwargs)
     assert calls == []
     for a, b in zip(lean, fast):
         for k in a.weights:
@@ -148,16 +155,16 @@ def test_a_gradient_offset_is_folded_into_the_scanned_steps(monkeypatch):
     """SCAFFOLD's correction c − c_k is a `gradient_offset`: its fits scan, and train as the lean loop does (with
     nonzero control variates from round 2 on: tested over rounds below)."""
     calls = scanned_calls(monkeypatch)
-    offset = {"1.weight": torch.full((5, 6), 0.3), "3.bias": torch.tensor([0.5, -0.5, 0.0])}
+    offset = {"1.bias": torch.tensor([0.5, -0.5, 0.0])}  # for one of the two parameters
     monkeypatch.setattr(ClientModule, "gradient_offset", lambda self: offset)
-    lean, fast = client_fits("lean"), client_fits("compiled")
-    assert calls == [10, 11, 11] * 2
+    lean, fast = fits("lean"), fits("compiled")
+    assert calls == [4, 5, 5] * 2
     for a, b in zip(lean, fast):
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(ClientModule, "gradient_offset", lambda self: {})
-    plain = client_fits("lean")
-    assert not torch.equal(plain[0].weights["3.bias"], lean[0].weights["3.bias"])  # the offset moved the weights
+    plain = fits("lean")
+    assert not torch.equal(plain[0].weights["1.bias"], lean[0].weights["1.bias"])  # the offset moved the weights
 
 
 class MaskIndexingClient(ClientModule):
@@ -180,14 +187,14 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
     of the layout do not try again."""
     tried = scanned_calls(monkeypatch)  # attempts, the failed one included
     monkeypatch.setattr(compiled, "_UNSCANNED", set())  # as in a new process
-    lean = client_fits("lean", method=MaskIndexingMethod())
+    lean = fits("lean", method=MaskIndexingMethod())
     with caplog.at_level("WARNING", logger="flsuite.federation.local.compiled"):
-        fast = client_fits("compiled", method=MaskIndexingMethod())
-    assert tried == [10]  # the first try; the second client does not scan
+        fast = fits("compiled", method=MaskIndexingMethod())
+    assert tried == [4]  # the first try; the second client does not scan
     warnings = [r.getMessage() for r in caplog.records if "could not be scanned" in r.getMessage()]
     assert len(warnings) == 1 and "MaskIndexingClient" in warnings[0]
     for a, b in zip(lean, fast):
-        assert a.num_steps == b.num_steps == 33
+        assert a.num_steps == b.num_steps == 18
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
 
@@ -196,8 +203,8 @@ def test_a_loss_that_cannot_be_scanned_steps_one_call_per_batch(monkeypatch, cap
 def test_fedntd_scans(monkeypatch):
     """FedNTD picks the not-true logits by a gather (static shapes), so its fits scan and match the lean loop."""
     calls = scanned_calls(monkeypatch)
-    lean, fast = client_fits("lean", method=FedNTD()), client_fits("compiled", method=FedNTD())
-    assert calls == [10, 11, 11] * 2
+    lean, fast = fits("lean", method=FedNTD(), data=EQUAL), fits("compiled", method=FedNTD(), data=EQUAL)
+    assert calls == [4, 5, 5] * 2  # the first epoch's first step eager, then every batch of 8 scanned
     for a, b in zip(lean, fast):
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
@@ -218,17 +225,17 @@ def test_scanned_steps_follow_torch_sgd(rule):
     """`_sgd_steps` (eager scan) against torch.optim.SGD with a gradient offset added after backward, after a first
     torch step that creates the buffers."""
     torch.manual_seed(0)
-    loss_module = CrossEntropyOf(MLP(hidden=(5,)).build((6,), 3))
+    loss_module = CrossEntropyOf(Linear().build((6,), 3))
     xs, ys = torch.randn(5, 4, 6), torch.randint(0, 3, (5, 4))
     optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.1, **rule)
 
-    offsets = {"model.3.bias": torch.tensor([0.2, -0.1, 0.0])}  # a gradient offset, as SCAFFOLD's
+    offsets = {"model.1.bias": torch.tensor([0.2, -0.1, 0.0])}  # a gradient offset, as SCAFFOLD's (the weight: none)
 
     def step(x, y):
         optimizer.zero_grad()
         loss, _ = loss_module(x, y)
         loss.backward()
-        loss_module.model[3].bias.grad.add_(offsets["model.3.bias"])
+        loss_module.model[1].bias.grad.add_(offsets["model.1.bias"])
         optimizer.step()
         return loss.detach()
 
@@ -272,7 +279,7 @@ def test_consecutive_batches_are_stacked_as_a_view_of_their_epoch():
 
 
 def test_compiled_fits_repeat_to_the_bit():
-    first, second = client_fits("compiled"), client_fits("compiled")
+    first, second = fits("compiled"), fits("compiled")
     for a, b in zip(first, second):
         assert a.train_loss == b.train_loss
         assert all(torch.equal(a.weights[k], b.weights[k]) for k in a.weights)
@@ -283,8 +290,8 @@ def test_adam_trains_as_in_the_lean_loop(monkeypatch):
     steps = []
     adam_step = torch.optim.Adam.step
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: steps.append(1) or adam_step(self, *a, **k))
-    lean, fast = client_fits("lean", optimizer="adam", lr=0.01), client_fits("compiled", optimizer="adam", lr=0.01)
-    assert len(steps) == 4 * 33  # two loops x two clients x 33 steps
+    lean, fast = fits("lean", optimizer="adam", lr=0.01), fits("compiled", optimizer="adam", lr=0.01)
+    assert len(steps) == 4 * 18  # two loops x two clients x 18 steps
     for a, b in zip(lean, fast):
         for k in a.weights:
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
@@ -309,10 +316,10 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone():
     """FedSR without its CMI term never uses the model's reference Gaussians (r_mu, r_sigma, C). After backward()
     their .grad is None, so SGD leaves them alone; a compiled gradient would be zero, and weight decay would move
     them. The compiled loop differentiates only what the first (eager) step reached."""
-    fits = client_fits(
+    done = fits(
         "compiled", method=FedSR(cmi=0.0, reference="averaged"), model=FedSRModel(hidden=[8], dim=4)
     )  # r_mu etc. in the upload
-    for fit in fits:
+    for fit in done:
         assert torch.equal(fit.weights["r_mu"], torch.zeros(3, 4))
         assert torch.equal(fit.weights["r_sigma"], torch.ones(3, 4))
         assert torch.equal(fit.weights["C"], torch.ones(()))
@@ -327,8 +334,8 @@ class Renamed(torch.nn.Module):
         return self.net(x)
 
 
-class RenamedMLP(MLP):
-    """`MLP`'s model with other parameter names ("net.1.weight", ...): another layout, the same shapes."""
+class RenamedLinear(Linear):
+    """`Linear`'s model with other parameter names ("net.1.weight", ...): another layout, the same shapes."""
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
         return Renamed(super().build(input_shape, num_classes))
@@ -345,10 +352,10 @@ def test_each_client_class_compiles_on_its_own_budget():
     torch._dynamo.reset()  # as in a new process: earlier tests compiled these layouts at other batch sizes and
     compiled.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
     compiled.compiled_loss_and_grads.cache_clear()
-    client_fits("compiled", batch_size=8)
-    client_fits("compiled", batch_size=8, method=FedProx(mu=0.5))
-    fits = client_fits("compiled", batch_size=8, model=RenamedMLP(hidden=(5,)))
-    assert "net.1.weight" in fits[0].weights
+    fits("compiled")
+    fits("compiled", method=FedProx(mu=0.5))
+    done = fits("compiled", model=RenamedLinear())
+    assert "net.1.weight" in done[0].weights
 
 
 @torch._dynamo.config.patch(recompile_limit=1)
@@ -389,7 +396,7 @@ def test_a_loss_dynamo_cannot_capture_fails_with_a_clear_error():
     with pytest.raises(
         RuntimeError, match=r"local.loop: compiled could not compile CountsInPlace.local_loss.*Use local.loop: lean"
     ):
-        client_fits("compiled", method=CountingInPlace())
+        fits("compiled", method=CountingInPlace())
 
 
 @pytest.mark.parametrize("method", [FedProto, FedProc, FPL, FedGen], ids=lambda m: m.__name__)
@@ -397,10 +404,10 @@ def test_methods_that_gather_statistics_scan_and_upload_what_the_lean_fit_does(m
     """Their statistics (prototype sums, label counts) leave the loss as an auxiliary output and are gathered
     step by step outside it: the runs of full batches are scanned as FedAvg's are, and the uploads (counts to the
     bit, prototypes up to rounding) are the lean fit's."""
-    lean = client_fits("lean", method=method())
+    lean = fits("lean", method=method(), model=MLP(hidden=(5,)))  # features: the hidden layer's
     calls = scanned_calls(monkeypatch)
-    fast = client_fits("compiled", method=method())
-    assert calls == [10, 11, 11] * 2
+    fast = fits("compiled", method=method(), model=MLP(hidden=(5,)))
+    assert calls == [4, 5, 5] * 2
     for a, b in zip(lean, fast):
         assert a.upload and a.upload.keys() == b.upload.keys()
         for k in a.upload:
