@@ -111,6 +111,20 @@ def committed_table(tmp: Path) -> Path:
     return table
 
 
+def study_here(args: list[str]) -> subprocess.CompletedProcess:
+    """`python experiments/study.py *args` with its `flsuite` commands run in this process (the study's decisions and
+    tables; its worker processes are tests/test_pool.py's), as the check's `subprocess.run` returns it."""
+    from tests.helpers import study_in_this_process
+
+    study, out, err = load_experiment("study"), io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        study_in_this_process(study, mp)
+        mp.chdir(ROOT)
+        mp.setattr(sys, "argv", ["study.py", *args])
+        code = study.main()
+    return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue())
+
+
 def without_paths(cmd: list[str]) -> list[str]:
     """A study command with the values of --runs and --out (fresh folders, one per check) left out."""
     return [a for i, a in enumerate(cmd) if i == 0 or cmd[i - 1] not in ("--runs", "--out")]
@@ -119,19 +133,20 @@ def without_paths(cmd: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Path, monkeypatch, capsys):
     """A two-variant study table over a quickstart-sized federation; the check reruns its FedAvg row from the table's
-    command (`python experiments/study.py ...`, a process with its worker): every cell equal, wall time shown but not
-    judged, only the sampled row run. With one cell of that row edited, the check exits 1 and prints the committed and
-    the fresh value of that cell; that second check's study (the same command as the first's, the same code) is not
-    run again but replayed from the first one's fresh table."""
+    command (`python experiments/study.py ...`, run in this process: `study_here`): every cell equal, wall time shown
+    but not judged, only the sampled row run. With one cell of that row edited, the check exits 1 and prints the
+    committed and the fresh value of that cell; that second check's study (the same command as the first's, the same
+    code) is not run again but replayed from the first one's fresh table."""
     table = committed_table(tmp_path)
     committed = table.read_text()
     row = next(line for line in committed.splitlines() if line.startswith("| FedAvg |"))
     avg = row.split("|")[-5].strip()  # the AVG column: | method | 2 domains | AVG | STD | STD (n-1) | seeds |
     ran: list[list[str]] = []
 
-    def run(cmd: list[str], **kwargs):
+    def run(cmd: list[str], **kwargs):  # the table's command, `python experiments/study.py ...`, run in this process
         ran.append(cmd)
-        return subprocess.run(cmd, **kwargs)
+        assert cmd[:2] == [sys.executable, str(ROOT / "experiments" / "study.py")] and kwargs["cwd"] == ROOT
+        return study_here(cmd[2:])
 
     monkeypatch.setattr(check, "subprocess", SimpleNamespace(run=run))
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh1")]) == 0
