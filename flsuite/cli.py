@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import json
 import logging
@@ -247,5 +248,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def command() -> int:
+    """The `flsuite` console script and `python -m flsuite.cli`: `main`, then `gc.freeze()` so that the interpreter's
+    teardown does not run its final collections over torch's and Lightning's objects, 1.2-1.3 s of every training
+    process's exit (docs/performance.md, "Start-up"). Atexit handlers, thread joins and reference-counted clean-up
+    still run; only cyclic garbage left at exit goes uncollected, which the OS frees. Not in `main`: a process that
+    runs many commands (a warm study worker, a test) must keep collecting."""
+    try:
+        return main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

@@ -292,3 +292,40 @@ def test_version_and_help_import_no_torch_or_lightning(tmp_path):
         loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
     )
     assert result(start("fit", "--help")) == (built, "[] 0")
+
+
+def test_the_command_runs_main_then_freezes_the_heap_and_is_what_the_console_script_and_module_run(monkeypatch):
+    """`flsuite.cli.command` (the `flsuite` script and `python -m flsuite.cli`) returns `main`'s status, also when
+    `main` raises, with the heap frozen (`gc.freeze`: the interpreter's teardown then skips its final collections over
+    torch's and Lightning's objects); `main` itself freezes nothing (a warm worker runs many commands)."""
+    import gc
+    import runpy
+    import tomllib
+
+    from flsuite import cli
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["flsuite"] == "flsuite.cli:command"
+    frozen_before = gc.get_freeze_count()
+    assert cli.main(["--version"]) == 0 and gc.get_freeze_count() == frozen_before
+    try:
+        monkeypatch.setattr(cli, "main", lambda: 7)
+        assert cli.command() == 7 and gc.get_freeze_count() > frozen_before
+        gc.unfreeze()
+
+        def fails():
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(cli, "main", fails)
+        with pytest.raises(RuntimeError, match="boom"):
+            cli.command()
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        monkeypatch.setattr(sys, "argv", ["flsuite", "--version"])
+        monkeypatch.delitem(sys.modules, "flsuite.cli")  # run as `python -m flsuite.cli`: a fresh module
+        with pytest.raises(SystemExit) as done:
+            runpy.run_module("flsuite.cli", run_name="__main__")
+        assert done.value.code == 0 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
