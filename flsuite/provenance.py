@@ -268,16 +268,7 @@ def runs_code_mix(run_dirs: Sequence[Path]) -> str:
 def code_mix(codes: Sequence[Mapping[str, Any] | None]) -> str:
     """A warning when runs come from more than one code version (commit and uncommitted changes), naming each and
     how many runs it made; "" when they share one (or none recorded any)."""
-    counts: dict[str, int] = {}
-    for code in codes:
-        label = code_label(code)
-        counts[label] = counts.get(label, 0) + 1
-    if len(counts) < 2:
-        return ""
-    shown = ", ".join(
-        f"{label} ({n} run{'s' * (n != 1)})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    return f"Warning: these runs come from {len(counts)} code versions: {shown}; a table should hold runs of one."
+    return _mix(Counter(map(code_label, codes)), "come from {} code versions", "a table should hold runs of one.")
 
 
 def recorded_cpu(environment: Mapping[str, Any]) -> str | None:
@@ -290,11 +281,18 @@ def recorded_cpu(environment: Mapping[str, Any]) -> str | None:
 def cpu_mix(kinds: Sequence[str | None]) -> str:
     """A warning when runs were made on more than one kind of CPU (`recorded_cpu`; runs that recorded none left out),
     whose vector instructions decide the last bits of a CPU run's sums; "" otherwise."""
-    counts = Counter(k for k in kinds if k)
+    return _mix(
+        Counter(k for k in kinds if k),
+        "were made on {} kinds of CPU (torch CPU capability)",
+        "a rerun on one machine gives other last digits for some of them.",
+    )
+
+
+def _mix(counts: Counter[str], what: str, advice: str) -> str:
+    """`Warning: these runs <what, with the number of labels>: label (n runs), …; <advice>`, the most frequent label
+    first (ties by label); "" for fewer than two labels."""
     if len(counts) < 2:
         return ""
-    shown = ", ".join(f"{kind} ({n} run{'s' * (n != 1)})" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return (
-        f"Warning: these runs were made on {len(counts)} kinds of CPU (torch CPU capability): {shown}; a rerun on "
-        "one machine gives other last digits for some of them."
-    )
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{label} ({n} run{'s' * (n != 1)})" for label, n in ordered)
+    return f"Warning: these runs {what.format(len(counts))}: {shown}; {advice}"
