@@ -21,13 +21,14 @@ with its training steps, result packing; `--profile` prints cProfile's top funct
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import functools
 import pstats
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from unittest import mock
 
 import lightning as L
 import numpy as np
@@ -87,12 +88,13 @@ def plain_client(env: ClientEnvironment, task: ClientTask) -> dict[str, torch.Te
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-class Parts:
-    """perf_counter totals of the functions `run_client` calls, by wrapping them where `run_client` looks them up."""
+class Parts(contextlib.ExitStack):
+    """perf_counter totals of the functions `run_client` calls, by wrapping them where `run_client` looks them up
+    (`unittest.mock.patch.object`, undone when the block ends)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seconds: dict[str, float] = defaultdict(float)
-        self._undo: list[Callable[[], None]] = []
 
     def wrap(self, owner: object, name: str, label: str) -> None:
         original = getattr(owner, name)
@@ -105,10 +107,10 @@ class Parts:
             finally:
                 self.seconds[label] += time.perf_counter() - t0
 
-        setattr(owner, name, timed)
-        self._undo.append(lambda: setattr(owner, name, original))
+        self.enter_context(mock.patch.object(owner, name, timed))
 
     def __enter__(self) -> Parts:
+        super().__enter__()
         self.wrap(ClientEnvironment, "build_model", "model build")
         self.wrap(client_module, "load_task_weights", "weight load")
         self.wrap(client_module, "client_batches", "client batches")
@@ -117,10 +119,6 @@ class Parts:
         self.wrap(LocalFit, "training_step", "training steps")
         self.wrap(client_module, "client_result", "result packing")
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
 
 
 def main() -> None:
