@@ -85,44 +85,28 @@ TINY = {
 def committed_table(tmp: Path) -> Path:
     """A two-variant study table (FedAvg and lr 0.05; 2 rounds, seed 0) as experiments/study.py writes it: the driver's
     own table and "Regenerate with:" command, its runs (the federation's part, not the check's) run in this process."""
-    from tests.helpers import study_in_this_process
-
     base = tmp / "tiny.yaml"
     base.write_text(yaml.safe_dump(TINY))
-    study, table = load_experiment("study"), tmp / "t.md"
-    argv = [
-        "study.py",
-        "--name",
-        "t",
-        "--base",
-        str(base),
-        "--variant",
-        "FedAvg=",
-        "--variant",
-        "lr 0.05=--local.lr=0.05",
-    ]
-    argv += ["--seeds", "0", "--workers", "2", "--runs", str(tmp / "runs"), "--out", str(table), "--", "--rounds", "2"]
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()):
-        pool = study_in_this_process(study, mp)
-        mp.chdir(ROOT)
-        mp.setattr(sys, "argv", argv)
-        study.main()
-    assert pool.runs == 2
+    table = tmp / "t.md"
+    args = ["--name", "t", "--base", str(base), "--variant", "FedAvg=", "--variant", "lr 0.05=--local.lr=0.05"]
+    args += ["--seeds", "0", "--workers", "2", "--runs", str(tmp / "runs"), "--out", str(table), "--", "--rounds", "2"]
+    done, runs = study_here(args)
+    assert done.returncode == 0 and runs == 2, done.stderr
     return table
 
 
-def study_here(args: list[str]) -> subprocess.CompletedProcess:
+def study_here(args: list[str]) -> tuple[subprocess.CompletedProcess, int]:
     """`python experiments/study.py *args` with its `flsuite` commands run in this process (the study's decisions and
-    tables; its worker processes are tests/test_pool.py's), as the check's `subprocess.run` returns it."""
+    tables; its worker processes are tests/test_pool.py's), as `subprocess.run` returns it; and how many runs ran."""
     from tests.helpers import study_in_this_process
 
     study, out, err = load_experiment("study"), io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        study_in_this_process(study, mp)
+        pool = study_in_this_process(study, mp)
         mp.chdir(ROOT)
         mp.setattr(sys, "argv", ["study.py", *args])
         code = study.main()
-    return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue()), pool.runs
 
 
 def without_paths(cmd: list[str]) -> list[str]:
@@ -146,7 +130,7 @@ def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Pat
     def run(cmd: list[str], **kwargs):  # the table's command, `python experiments/study.py ...`, run in this process
         ran.append(cmd)
         assert cmd[:2] == [sys.executable, str(ROOT / "experiments" / "study.py")] and kwargs["cwd"] == ROOT
-        return study_here(cmd[2:])
+        return study_here(cmd[2:])[0]
 
     monkeypatch.setattr(check, "subprocess", SimpleNamespace(run=run))
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh1")]) == 0
