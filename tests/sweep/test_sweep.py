@@ -258,6 +258,16 @@ def completed(db: Path) -> list[int]:
     return trials_in(db, "COMPLETE")
 
 
+def evidence(out: Path, log: Path) -> str:
+    """What a failed assertion of the kill-and-resume test shows: the trials' states, the killed sweep's output and
+    the tail of each trial's log (the verdict once depended on timing, and the message was all that was left)."""
+    states = {state: trials_in(out / "study.db", state) for state in ("COMPLETE", "RUNNING", "FAIL", "WAITING")}
+    parts = [f"trials by state: {states}", f"--- killed sweep ({log.name}):", log.read_text()[-3000:]]
+    for trial_log in sorted((out / "logs").glob("*.log")):
+        parts += [f"--- {trial_log.name}:", trial_log.read_text()[-1500:]]
+    return "\n".join(parts)
+
+
 @pytest.mark.slow
 def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kill(tmp_path: Path, fit_parser):
     """2 trials of sweeps/fedprox_mu.yaml (the agent's command, 1 round): kill once the first has finished and the
@@ -279,14 +289,16 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     ]
     argv += ["--data.init_args.clients_per_domain=1"]  # the quickstart's 4 domains, one client each
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flsuite.cli", "sweep", *argv],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "killed_sweep.log"
+    with open(log, "w") as sweep_output:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flsuite.cli", "sweep", *argv],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+            stdout=sweep_output,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.time() + 600
     while (
         not (completed(out / "study.db") and trials_in(out / "study.db", "RUNNING"))
@@ -297,24 +309,27 @@ def test_sweep_on_the_quickstart_finishes_picks_the_best_and_resumes_after_a_kil
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running trial
     proc.wait()
     first = completed(out / "study.db")
-    assert len(first) == 1 and trials_in(out / "study.db", "RUNNING"), "the kill did not come between the trials"
+    assert len(first) == 1 and trials_in(out / "study.db", "RUNNING"), (
+        f"the kill did not come between the trials\n{evidence(out, log)}"
+    )
     stamps = {n: (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns for n in first}
 
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        assert sw.main([*argv[:5], "--workers", "2", *argv[5:]]) == 0  # the same sweep again: resumes
+        status = sw.main([*argv[:5], "--workers", "2", *argv[5:]])  # the same sweep again: resumes
     finally:
         os.chdir(cwd)
+    assert status == 0, f"the resumed sweep failed ({status})\n{evidence(out, log)}"
     study = optuna.load_study(study_name="fedprox-mu", storage=f"sqlite:///{out / 'study.db'}")
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert len(done) == 2
-    assert len({t.params["method.init_args.mu"] for t in done}) == 2  # no grid point done twice
+    assert len(done) == 2, evidence(out, log)
+    assert len({t.params["method.init_args.mu"] for t in done}) == 2, evidence(out, log)  # no grid point done twice
     for n in first:  # finished trials were not redone
         assert (out / "trials" / f"{n:04d}" / "metrics.jsonl").stat().st_mtime_ns == stamps[n]
-    (t,) = [
-        t for t in study.trials if t.state.name == "FAIL"
-    ]  # the trial the kill interrupted, retried with its parameters
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    assert len(failed) == 1, evidence(out, log)
+    (t,) = failed  # the trial the kill interrupted, retried with its parameters
     assert t.user_attrs.get("interrupted")
     retries = [r for r in done if r.user_attrs.get("retry_of") == t.number]
     assert len(retries) == 1 and t.params.items() <= retries[0].params.items()
