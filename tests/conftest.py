@@ -37,11 +37,13 @@ def changed_keys(before: dict, after: dict) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def user_cache_of_the_tests(tmp_path_factory):
-    """flsuite's per-user cache (the cached `fit --help` text) in a folder of the session, not the user's ~/.cache;
-    subprocesses inherit it."""
+def caches_of_the_tests(tmp_path_factory):
+    """flsuite's per-user cache (the cached `fit --help` text) and the feature cache of relative `cache_dir`s
+    (`$FLSUITE_CACHE`, else the working directory: the user's checkout for the tests run from it) in folders of the
+    session, not the user's ~/.cache or checkout; subprocesses inherit them."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FLSUITE_USER_CACHE", str(tmp_path_factory.mktemp("user_cache")))
+        env.setenv("FLSUITE_CACHE", str(tmp_path_factory.mktemp("feature_cache")))
         yield
 
 

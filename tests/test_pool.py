@@ -108,6 +108,8 @@ def warm_runs(tmp_path: Path) -> list[str]:
             "3",
             "--threads.intra_op",
             "2",
+            "--run_dir",
+            str(tmp_path / "other"),
         ]
         assert (
             pool.run(other, str(tmp_path / "other.log"), env(FLSUITE_PARALLEL="2", LEAKED="1"), str(tmp_path / "pid0"))
