@@ -109,6 +109,13 @@ def no_local_ray():
         sys.modules["ray"].shutdown()
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The random order's seed at the end of every run, `-q` too (pytest-randomly prints it in the header, which `-q`
+    hides): a verdict that changes with the order can then be replayed. Nothing without the plugin (-p no:randomly)."""
+    if config.pluginmanager.has_plugin("randomly") and isinstance(seed := config.getoption("randomly_seed", None), int):
+        terminalreporter.write_line(f"random test order: replay it with --randomly-seed={seed}")
+
+
 def pytest_sessionfinish(session, exitstatus):
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
