@@ -71,24 +71,26 @@ class FedGenClient(ClientModule[FedGenClientSettings]):
             else {}
         )
         self._counts = torch.full((head.out_features,), self.method.count_start, dtype=torch.long, device=self.device)
+        # α_t, β_t as tensors: one compiled graph serves every round (as floats, each round was a new graph, and a run
+        # failed at dynamo's recompile limit).
+        r = self.task.round
+        self._alpha_t, self._beta_t = (
+            torch.tensor(decayed(weight, m.decay, r), device=self.device) for weight in (m.alpha, m.beta)
+        )
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         m = self.method
         logits = self.model(x)
         ce = loss = F.cross_entropy(logits, y)
         if self._frozen:
-            gen, head, r = self._frozen["gen"], check_contract(self.model).head, self.task.round
+            gen, head = self._frozen["gen"], check_contract(self.model).head
             with torch.no_grad():
                 z_y = gen(y, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))
                 y_gen = torch.randint(head.out_features, (len(y),), device=y.device)
                 z_gen = gen(y_gen, draw_noise(len(y), m.noise_dim, m.noise, device=y.device))
                 target = F.softmax(head(z_y), dim=1)
             latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
-            loss = (
-                loss
-                + decayed(m.alpha, m.decay, r) * F.cross_entropy(head(z_gen), y_gen)
-                + decayed(m.beta, m.decay, r) * latent
-            )
+            loss = loss + self._alpha_t * F.cross_entropy(head(z_gen), y_gen) + self._beta_t * latent
         return loss, {self.TASK_LOSS: ce, "y": y} if m.active else {self.TASK_LOSS: ce}
 
     def gather(self, statistics: dict[str, torch.Tensor]) -> None:

@@ -9,6 +9,7 @@ does not reach, hooks reading `.grad`), and a clear error for a loss dynamo cann
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 
 import pytest
@@ -469,3 +470,18 @@ def test_serial_and_ray_compiled_runs_are_the_same_to_the_bit(tmp_path, local_ra
     assert (tmp_path / "serial" / "metrics.jsonl").read_text() == (tmp_path / "ray" / "metrics.jsonl").read_text()
     serial, ray = load_checkpoint(tmp_path / "serial").global_weights, load_checkpoint(tmp_path / "ray").global_weights
     assert all(torch.equal(serial[k], ray[k]) for k in serial)
+
+
+@torch._dynamo.config.patch(recompile_limit=2)
+@pytest.mark.slow
+def test_fedgens_round_decayed_weights_need_no_graph_per_round(tmp_path):
+    """FedGen's α_t = α·γ^(t−1) and β_t change every round: the compiled loss reads them as tensors, so rounds 2-6
+    (the generator broadcast) share one graph beside round 1's (no generator), within dynamo's limit of two. As Python
+    floats they were graph constants: a graph a round, and the run failed at the limit. (Its generator draws make the
+    compiled run another sample of the lean one, not its copy to rounding.)"""
+    torch._dynamo.reset()
+    compiled.compiled_sgd_steps.cache_clear()
+    compiled.compiled_loss_and_grads.cache_clear()
+    federation(tmp_path, "compiled", rounds=6, method=FedGen(alpha=2.0, beta=3.0, decay=0.5)).fit()
+    rounds = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds if "round" in r][-1] == 6
