@@ -13,11 +13,9 @@
 #   bash experiments/ggeur_table4_mnist_label_skew.sh [--workers 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-m=--method.init_args
+source experiments/ggeur_peer_grids.sh
 v=(--variant "FedAvg=" --variant "FedAvg + GGEUR=configs/ggeur/with_ggeur.yaml")
-for lam in 0.01 0.05 0.1 0.2; do v+=(--variant "FedMix [lambda $lam]=configs/baselines/fedmix.yaml,$m.lam=$lam"); done
-for ab in 0.1 1.0 3.0 10.0; do v+=(--variant "FedGen [alpha, beta $ab]=configs/baselines/fedgen.yaml,$m.alpha=$ab,$m.beta=$ab"); done
-for p in 0.1 0.25 0.5 1.0; do v+=(--variant "FedFA [p $p]=configs/baselines/fedfa.yaml,$m.p=$p"); done
+peer_variants "0.01 0.05 0.1 0.2" "0.1 1.0 3.0 10.0" "0.1 0.25 0.5 1.0"
 exec python experiments/study.py --name ggeur_table4_mnist_label_skew --base configs/ggeur/effnet/mnist_label_skew.yaml \
   "${v[@]}" --select_on val --select_seeds 0 1 2 --seeds 0 1 2 3 4 --workers 2 --out docs/results/ggeur_table4_mnist_label_skew.md \
   --command "bash experiments/ggeur_table4_mnist_label_skew.sh" "$@" \

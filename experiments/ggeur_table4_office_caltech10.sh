@@ -13,12 +13,10 @@
 #   bash experiments/ggeur_table4_office_caltech10.sh [--seeds 0 1 2] [--workers 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-m=--method.init_args
+source experiments/ggeur_peer_grids.sh
 v=(--variant "FedAvg=" --variant "FedAvg + GGEUR (Step 1)=configs/ggeur/with_ggeur_step1.yaml"
    --variant "FedAvg + GGEUR (Step 1 & 2)=configs/ggeur/with_ggeur.yaml")
-for lam in 0.01 0.05 0.2; do v+=(--variant "FedMix [lambda $lam]=configs/baselines/fedmix.yaml,$m.lam=$lam"); done
-for ab in 1.0 3.0 10.0; do v+=(--variant "FedGen [alpha, beta $ab]=configs/baselines/fedgen.yaml,$m.alpha=$ab,$m.beta=$ab"); done
-for p in 0.25 0.5 1.0; do v+=(--variant "FedFA [p $p]=configs/baselines/fedfa.yaml,$m.p=$p"); done
+peer_variants "0.01 0.05 0.2" "1.0 3.0 10.0" "0.25 0.5 1.0"
 exec python experiments/study.py --name ggeur_table4_office_caltech10 --base configs/ggeur/effnet/office_caltech10.yaml \
   "${v[@]}" --select_on val --seeds 0 1 2 --workers 2 --out docs/results/ggeur_table4_office_caltech10.md \
   --command "bash experiments/ggeur_table4_office_caltech10.sh" "$@" -- --validation.fraction 0.1
