@@ -5,6 +5,9 @@
     ... --study strength    (issue 23: every method plain and + FedEGG-LH as T_g = 1 (the paper's), 5, 20 and
                              shared_head; paired per seed, with rounds guided and the guiding update's size)
     ... --study strength --part N/M   (only the N-th of M slices of its runs, to run M processes side by side)
+    ... --study noise --seeds 0 --train_seeds 0 1 2 3 4   (issue 38: FedAvg, + LH and + LH shared on the data seeds'
+                             clients repeated over training seeds; the training noise and paired differences with SE
+                             and 95 % intervals; --part N/M as above)
 
 Every run is the configs' run (`flsuite fit --config configs/fedegg/cpu/mnist_dir0.1.yaml [--config <method>]
 [--config configs/fedegg/with_fedegg.yaml]`, parsed by the CLI's own parser, its resolved YAML in the run folder),
@@ -79,11 +82,21 @@ def parser():
     return fit_parser()
 
 
-def requested(configs: list[str], seed: int, run_dir: Path, tau: float | None = None, step_args: dict | None = None):
-    """The run's parsed config (a fixed τ and the variant's FedEGG options set in it) and its resolved YAML."""
+def requested(
+    configs: list[str],
+    seed: int,
+    run_dir: Path,
+    tau: float | None = None,
+    step_args: dict | None = None,
+    train_seed: int | None = None,
+):
+    """The run's parsed config (a fixed τ and the variant's FedEGG options set in it) and its resolved YAML; with
+    `train_seed`, `seed` is the data seed and the training seed is `train_seed` (flsuite.seeding)."""
+    seeds = ["--seed", str(seed)]
+    if train_seed is not None:
+        seeds += ["--data_seed", str(seed), "--train_seed", str(train_seed)]
     argv = [a for c in configs for a in ("--config", c)] + [
-        "--seed",
-        str(seed),
+        *seeds,
         "--run_dir",
         str(run_dir),
         "--progress",
@@ -126,11 +139,14 @@ def run(
     seed: int,
     tau: float | None = None,
     step_args: dict | None = None,
+    train_seed: int | None = None,
 ) -> Path:
-    """The run's folder, after running it unless it holds a finished run of the same experiment (config and code)."""
-    run_dir = RUNS / study / setting / label.replace(" ", "").replace("+", "_") / f"seed{seed}"
+    """The run's folder, after running it unless it holds a finished run of the same experiment (config and code);
+    with `train_seed`, `seed` is the data seed (folder data<seed>_train<train_seed>)."""
+    folder = f"seed{seed}" if train_seed is None else f"data{seed}_train{train_seed}"
+    run_dir = RUNS / study / setting / label.replace(" ", "").replace("+", "_") / folder
     configs = [BASE, *SETTINGS[setting], *configs]
-    cfg, yaml = requested(configs, seed, run_dir, tau, step_args)
+    cfg, yaml = requested(configs, seed, run_dir, tau, step_args, train_seed)
     if holds_run(run_dir):
         decision = same_experiment(run_dir, yaml)
         if decision.same and (run_dir / "summary.json").is_file():
@@ -139,7 +155,7 @@ def run(
         print(f"{run_dir}: not reused, runs again ({reason}); the old run is now {move_aside(run_dir)}", flush=True)
     t0 = time.time()
     federation(cfg, configs, seed, setting).fit(config_yaml=yaml)
-    print(f"{study} {setting} {label} seed{seed}: {time.time() - t0:.0f}s", flush=True)
+    print(f"{study} {setting} {label} {folder}: {time.time() - t0:.0f}s", flush=True)
     return run_dir
 
 
@@ -246,6 +262,88 @@ def strength(seeds: list[int]) -> str:
     return "\n".join(out)
 
 
+#: The training-noise study (issue 38): FedAvg and FedAvg + FedEGG-LH in the paper's form and with the shared head,
+#: on fixed clients (a data seed) repeated over training seeds, beside the strength study's seeds 0, 1, 2 (seed = data
+#: seed = training seed), whose runs it shares: a run whose training seed equals its data seed is that study's run.
+NOISE = {"FedAvg": None, "FedAvg + LH": "LH", "FedAvg + LH shared": "LH shared"}
+STRENGTH_SEEDS = [0, 1, 2]
+
+
+def noise_runs(data_seeds: list[int], train_seeds: list[int]) -> list[tuple]:
+    """Every (setting, variant, data seed, training seed) of the noise study, training seed by training seed."""
+    return [(s, v, d, t) for s in SETTINGS for d in data_seeds for t in train_seeds for v in NOISE.values()]
+
+
+def noise_run(setting: str, variant: str | None, data_seed: int, train_seed: int) -> Path:
+    if train_seed == data_seed:
+        return strength_run(setting, "FedAvg", variant, data_seed)
+    label = "FedAvg" if variant is None else f"FedAvg + {variant}"
+    overlay = [] if variant is None else [LEVELS["LH"]]
+    return run(
+        "noise", setting, label, overlay, data_seed, step_args=STRENGTH.get(variant or ""), train_seed=train_seed
+    )
+
+
+def noise(data_seeds: list[int], train_seeds: list[int]) -> str:
+    from flsuite.compare import paired_difference
+
+    out = []
+    for setting in SETTINGS:
+        acc = {
+            (label, d, t): last_acc(noise_run(setting, v, d, t))
+            for label, v in NOISE.items()
+            for d in data_seeds
+            for t in train_seeds
+        }
+        seeded = {
+            label: [last_acc(strength_run(setting, "FedAvg", v, s)) for s in STRENGTH_SEEDS]
+            for label, v in NOISE.items()
+        }
+        strength_seeds = ", ".join(map(str, STRENGTH_SEEDS))
+        per_data = " | ".join(f"data seed {d}: {len(train_seeds)} training seeds" for d in data_seeds)
+        out += [
+            f"### {setting.replace('dir', 'Dir(')})",
+            "",
+            f"| variant | {per_data} | training-noise SD | strength table: seeds {strength_seeds} |",
+            "|---|" + "---|" * len(data_seeds) + "---|---|",
+        ]
+        for label in NOISE:
+            cells = [mean_std([acc[(label, d, t)] for t in train_seeds]) for d in data_seeds]
+            within = [
+                acc[(label, d, t)] - sum(acc[(label, d, u)] for u in train_seeds) / len(train_seeds)
+                for d in data_seeds
+                for t in train_seeds
+            ]
+            sd = math.sqrt(sum(w * w for w in within) / (len(within) - len(data_seeds)))
+            out.append(f"| {label} | {' | '.join(cells)} | {sd:.2f} | {mean_std(seeded[label])} |")
+        out += [
+            "",
+            "| pair | mean | SE | 95 % interval | per run | A above B | verdict | strength table: per seed |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        keys = [(d, t) for d in data_seeds for t in train_seeds]
+        for label in list(NOISE)[1:]:
+            diff = paired_difference({k: acc[(label, *k)] for k in keys}, {k: acc[("FedAvg", *k)] for k in keys})
+            mean, se, interval, verdict = diff.cells()
+            wins = sum(v > 0 for v in diff.diffs)
+            seeded_diff = " / ".join(f"{a - b:+.2f}" for a, b in zip(seeded[label], seeded["FedAvg"]))
+            per_run = ", ".join(f"{v:+.2f}" for v in diff.diffs)
+            out.append(
+                f"| {label} − FedAvg | {mean} | {se} | {interval} | {per_run} | {wins} of {diff.n} | {verdict} "
+                f"| {seeded_diff} |"
+            )
+        out.append("")
+    out.append(
+        "Test accuracy of the global model, last 10 of 60 rounds. Data seed: the clients (partition, subsets, test "
+        "split); training seed: initialisation, client sampling, batch order (flsuite.seeding). Cells: mean ± SD "
+        "(sample) over the training seeds on one data seed's clients; training-noise SD: pooled within data seeds. "
+        "Pairs: A − B on the same (data seed, training seed), SE = SD of the differences / √n, 95 % interval with "
+        "Student's t (flsuite.compare.paired_difference); per run in (data seed, training seed) order. The run whose "
+        "training seed equals its data seed is the strength study's run of that seed (runs/fedegg/strength)."
+    )
+    return "\n".join(out)
+
+
 def levels(seeds: list[int]) -> str:
     lines = ["| variant | test acc (last 10) | τ (Eq. 3) | rounds guided |", "|---|---|---|---|"]
     plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
@@ -317,28 +415,39 @@ def convergence(seeds: list[int], out: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--study", choices=["table", "levels", "tau", "convergence", "strength"], required=True)
+    p.add_argument("--study", choices=["table", "levels", "tau", "convergence", "strength", "noise"], required=True)
     p.add_argument("--part", default=None, help="N/M: run only the N-th of M slices of the study's runs (no table)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--train_seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="noise: training seeds")
     p.add_argument("--taus", type=float, nargs="+", default=[-3.0, -2.0, -1.0, 0.0, 1.0])
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if args.part:
-        if args.study != "strength":
-            p.error("--part is for --study strength")
+        if args.study not in ("strength", "noise"):
+            p.error("--part is for --study strength or noise")
         n, m = (int(v) for v in args.part.split("/"))
-        for item in strength_runs(args.seeds)[n - 1 :: m]:
-            strength_run(*item)
+        if args.study == "strength":
+            for item in strength_runs(args.seeds)[n - 1 :: m]:
+                strength_run(*item)
+        else:
+            for item in noise_runs(args.seeds, args.train_seeds)[n - 1 :: m]:
+                noise_run(*item)
         return
     if args.out is None:
         p.error("--out is required (but with --part)")
     if args.study == "convergence":
         convergence(args.seeds, args.out)
         return
-    body = {"table": table, "levels": levels, "tau": lambda s: tau_sweep(s, args.taus), "strength": strength}[
-        args.study
-    ](args.seeds)
+    body = {
+        "table": table,
+        "levels": levels,
+        "tau": lambda s: tau_sweep(s, args.taus),
+        "strength": strength,
+        "noise": lambda s: noise(s, args.train_seeds),
+    }[args.study](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
+    if args.study == "noise":
+        taus = f" --train_seeds {' '.join(map(str, args.train_seeds))}"
     command = (
         f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} "
         f"--seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
