@@ -2,10 +2,14 @@
 fedcir_table2.sh, per variant (mean over seeds) the client/fedcir/* metrics that the clients log each round
 (flsuite.methods.fedcir_terms): the unweighted terms (ce, reg in nats, align in nats), each weighted term's share of the
 loss (lambda*L_t / L) and its gradient norm against the cross-entropy's (||grad lambda*L_t|| / ||grad CE||, at the
-fit's starting weights), at a few rounds and averaged over rounds 2..T (round 1 runs without the terms).
+fit's starting weights), each as a mean over a window of rounds (2-10, 11-25, 26-40, 41-50 and all of 2..T: round 1
+runs without the terms), then over seeds with the seeds' spread: a diagnostic is never read from one round's probe
+(issue 38: seed 1's round-50 gradient share was 0.38 against 0.05-0.07 on the other seeds, and 6-8 % over 41-50).
 
     python experiments/fedcir_shares.py [--runs runs/fedcir_pacs_tuned] [--out docs/results/fedcir_shares_pacs.md]
-        [--paired VARIANT OTHER...]   # also: VARIANT's test AVG minus each OTHER's, seed by seed (paired)
+        [--windows 2-10 11-25 26-40 41-50]
+        [--paired VARIANT OTHER...]   # also: VARIANT's test AVG minus each OTHER's, seed by seed (paired, with SE
+                                      # and 95 % interval: flsuite.compare.paired_difference)
 """
 
 from __future__ import annotations
@@ -27,10 +31,21 @@ PERCENT = {"reg_loss_share", "align_loss_share", "reg_grad_vs_ce", "align_grad_v
 
 
 def cell(values: list[float], key: str) -> str:
+    """Mean over seeds ± their sample SD (one seed: the mean alone)."""
     if not values:
         return "–"
-    mean = float(np.mean(values))
-    return f"{100 * mean:.2f} %" if key in PERCENT else f"{mean:.3g}"
+    scale, fmt = (100.0, ".2f") if key in PERCENT else (1.0, ".3g")
+    mean = scale * float(np.mean(values))
+    sd = f" ± {scale * float(np.std(values, ddof=1)):{fmt}}" if len(values) > 1 else ""
+    return f"{mean:{fmt}}{sd}" + (" %" if key in PERCENT else "")
+
+
+def window(text: str) -> tuple[int, int]:
+    """'A-B' -> (A, B), rounds A..B inclusive."""
+    first, sep, last = text.partition("-")
+    if not sep or not first.isdigit() or not last.isdigit() or int(first) > int(last):
+        raise argparse.ArgumentTypeError(f"a window is FIRST-LAST rounds, e.g. 41-50, got {text!r}")
+    return int(first), int(last)
 
 
 def paired(runs: Path, variant: str, others: list[str], read: list[Path]) -> list[str]:
@@ -44,23 +59,22 @@ def paired(runs: Path, variant: str, others: list[str], read: list[Path]) -> lis
 
     mine = avg(variant)
     lines = [
-        f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean):",
+        f"Paired differences of the test AVG, `{variant}` minus each (per seed; mean, SE, 95 % interval):",
         "",
-        "| other | per seed | mean |",
-        "|---|---|---|",
+        "| other | per seed | mean | SE | 95 % interval | verdict |",
+        "|---|---|---|---|---|---|",
     ]
     for other in others:
-        theirs = avg(other)
-        diffs = [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
-        shown = ", ".join(f"{d:+.2f}" for d in diffs)
-        lines.append(f"| {other} | {shown} | {np.mean(diffs):+.2f} |" if diffs else f"| {other} | – | – |")
+        d = compare.paired_difference(mine, avg(other))
+        shown = ", ".join(f"{v:+.2f}" for v in d.diffs) or "–"
+        lines.append(f"| {other} | {shown} | " + " | ".join(d.cells()) + " |")
     return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, default=Path("runs/fedcir_pacs_tuned"))
-    ap.add_argument("--rounds", type=int, nargs="+", default=[2, 10, 25, 50])
+    ap.add_argument("--windows", type=window, nargs="+", default=[(2, 10), (11, 25), (26, 40), (41, 50)])
     ap.add_argument("--out", type=Path)
     ap.add_argument(
         "--paired",
@@ -77,8 +91,9 @@ def main() -> None:
             "(after `bash experiments/fedcir_tuned.sh` and `bash experiments/fedcir_table2.sh`)."
         ),
         (
-            "Each cell: the clients' sample-weighted mean in that round (`client/fedcir/*`), then the mean over seeds; "
-            "`all` = mean over rounds 2..50."
+            "Each cell: the clients' sample-weighted mean in each round (`client/fedcir/*`), its mean over the "
+            "window's rounds per seed, then the mean ± sample SD over seeds; `all` = rounds 2..T "
+            "(round 1 runs without the terms)."
         ),
         (
             "Loss share = λ·L_t / L (mean over the fit's steps); "
@@ -89,7 +104,7 @@ def main() -> None:
             "A term that is off has no column value (–)."
         ),
         "",
-        "| variant | round | " + " | ".join(COLUMNS) + " |",
+        "| variant | rounds | " + " | ".join(COLUMNS) + " |",
         "|---|---|" + "---|" * len(COLUMNS),
     ]
     read: list[Path] = []  # every run folder the tables read: they should come from one code version
@@ -99,7 +114,7 @@ def main() -> None:
         runs = [compare.load_run(s).history for s in folders]
         if not runs:
             continue
-        for rnd in [*args.rounds, "all"]:
+        for first, last in [*args.windows, (2, None)]:
             row = []
             for key in COLUMNS:
                 per_seed = []
@@ -107,12 +122,13 @@ def main() -> None:
                     vals = [
                         r[PREFIX + key]
                         for r in h
-                        if PREFIX + key in r and (rnd == "all" and r["round"] >= 2 or r["round"] == rnd)
+                        if PREFIX + key in r and first <= r["round"] and (last is None or r["round"] <= last)
                     ]
                     if vals:
                         per_seed.append(float(np.mean(vals)))
                 row.append(cell(per_seed, key))
-            lines.append(f"| {variant.name} ({len(runs)} seeds) | {rnd} | " + " | ".join(row) + " |")
+            rounds = "all" if last is None else f"{first}–{last}"
+            lines.append(f"| {variant.name} ({len(runs)} seeds) | {rounds} | " + " | ".join(row) + " |")
     if args.paired:
         lines += ["", *paired(args.runs, args.paired[0], args.paired[1:], read)]
     if warning := runs_code_mix(read):

@@ -62,12 +62,28 @@ def test_fedcir_shares_warns_when_its_runs_mix_code_versions(tmp_path: Path, mon
     shares_run(tmp_path / "fedavg" / "seed0", OTHER if mixed else CLEAN)  # read through --paired only
     out, err = run_main(
         "fedcir_shares",
-        ["--runs", str(tmp_path), "--rounds", "2", "--paired", "fedcir-a", "fedavg"],
+        ["--runs", str(tmp_path), "--windows", "2-2", "--paired", "fedcir-a", "fedavg"],
         monkeypatch,
         capsys,
     )
-    assert "| fedcir-a (1 seeds) | 2 |" in out
+    assert "| fedcir-a (1 seeds) | 2–2 |" in out
     assert (WARNING in out and WARNING in err) is mixed and ("Warning" in out) is mixed
+
+
+def test_fedcir_shares_cells_are_window_means_per_seed_then_mean_and_sd_over_seeds(tmp_path: Path, monkeypatch, capsys):
+    """A diagnostic is read over a window of rounds and over seeds, never from one round's probe (issue 38): seed 0
+    logs ce 1, 2, 3 in rounds 1-3 and seed 1 the same plus 4; window 2-3 gives 2.5 and 6.5 per seed, so 4.5 ± 2.83;
+    `all` (rounds 2..T) the same here."""
+    shares_run(tmp_path / "fedcir-a" / "seed0", CLEAN)
+    run = shares_run(tmp_path / "fedcir-a" / "seed1", CLEAN)
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps(r | {"client/fedcir/ce": r["client/fedcir/ce"] + 4}) + "\n" for r in history)
+    )
+    out, _ = run_main("fedcir_shares", ["--runs", str(tmp_path), "--windows", "2-3", "1-1"], monkeypatch, capsys)
+    assert "| fedcir-a (2 seeds) | 2–3 | 4.5 ± 2.83 |" in out
+    assert "| fedcir-a (2 seeds) | 1–1 | 3 ± 2.83 |" in out
+    assert "| fedcir-a (2 seeds) | all | 4.5 ± 2.83 |" in out
 
 
 @pytest.mark.parametrize("mixed", [False, True])

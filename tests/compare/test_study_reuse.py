@@ -182,3 +182,40 @@ def test_fedegg_study_reruns_a_run_of_another_commit_or_config_and_reuses_the_sa
     fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0)
     assert len(made) == 3 and "its config differs: server_steps.0.init_args.steps: 5 -> 1" in capsys.readouterr().out
     assert len(list((run_dir.parent / ".replaced").iterdir())) == 2  # both old runs kept aside
+
+
+def test_fedegg_noise_study_fixes_the_data_seed_varies_the_training_seed_and_shares_the_strength_runs(
+    tmp_path: Path, monkeypatch
+):
+    """The noise study (issue 38): a run whose training seed is its data seed is the strength study's seed run (one
+    run, not two); the others are data_seed/train_seed runs of the same config, each written where it says."""
+    fedegg = load_experiment("fedegg_study")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(fedegg, "RUNS", tmp_path / "runs")
+    made: dict[Path, dict] = {}
+
+    class Finished:
+        def __init__(self, run_dir: Path) -> None:
+            self.run_dir = run_dir
+
+        def fit(self, config_yaml: str) -> None:
+            self.run_dir.mkdir(parents=True)
+            (self.run_dir / "config.yaml").write_text(config_yaml)
+            (self.run_dir / "environment.json").write_text(json.dumps({"code": code_version()}))
+            (self.run_dir / "summary.json").write_text("{}")
+            made[self.run_dir] = yaml.safe_load(config_yaml)
+
+    monkeypatch.setattr(fedegg, "federation", lambda cfg, configs, seed, setting: Finished(Path(cfg.run_dir)))
+    same = fedegg.noise_run("dir10", "LH shared", 1, 1)
+    assert same == fedegg.strength_run("dir10", "FedAvg", "LH shared", 1) and len(made) == 1
+    assert same == tmp_path / "runs" / "strength" / "dir10" / "FedAvg_LHshared" / "seed1"
+    other = fedegg.noise_run("dir10", "LH shared", 1, 3)
+    assert other == tmp_path / "runs" / "noise" / "dir10" / "FedAvg_LHshared" / "data1_train3"
+    a, b = made[same], made[other]
+    assert (a["seed"], a.get("data_seed"), a.get("train_seed")) == (1, None, None)
+    assert (b["seed"], b["data_seed"], b["train_seed"]) == (1, 1, 3)
+    assert b["server_steps"][0]["init_args"]["shared_head"] is True and b["rounds"] == a["rounds"]
+    differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert differing == {"data_seed", "train_seed", "run_dir"}
+    assert fedegg.noise_run("dir10", None, 1, 3) == tmp_path / "runs" / "noise" / "dir10" / "FedAvg" / "data1_train3"
+    assert made[tmp_path / "runs" / "noise" / "dir10" / "FedAvg" / "data1_train3"].get("server_steps") in (None, [])
