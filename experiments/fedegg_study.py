@@ -199,13 +199,14 @@ STRENGTH = {"LH": {}, "LH T5": {"steps": 5}, "LH T20": {"steps": 20}, "LH shared
 ORDER = [("dir0.1", [None, *STRENGTH]), ("dir10", [None, "LH", "LH shared"]), ("dir10", ["LH T5", "LH T20"])]
 
 
-def strength_runs(seeds: list[int]) -> list[tuple]:
-    """Every (setting, method, variant, seed) of the strength study, in `ORDER`, seed by seed within each part."""
+def strength_runs(seeds: list[int], methods: list[str] | None = None) -> list[tuple]:
+    """Every (setting, method, variant, seed) of the strength study (its `methods` rows), in `ORDER`, seed by seed
+    within each part."""
     return [
         (setting, name, variant, seed)
         for setting, variants in ORDER
         for seed in seeds
-        for name in METHODS
+        for name in methods or METHODS
         for variant in variants
     ]
 
@@ -224,40 +225,61 @@ def guided_log(run_dir: Path) -> tuple[int, float]:
     return len(guided), (sum(guided) / len(guided) if guided else 0.0)
 
 
-def strength(seeds: list[int]) -> str:
-    per_seed = " / ".join(str(s) for s in seeds)
+def per_seed(values: list[float], fmt: str) -> str:
+    """The values seed by seed, "a / b / c": a table's per-seed cells (what experiments/regenerate_check.py compares
+    when it reruns a sample of the seeds)."""
+    return " / ".join(f"{v:{fmt}}" for v in values)
+
+
+def strength(seeds: list[int], methods: list[str] | None = None) -> str:
+    from flsuite.compare import PairedDifference
+
+    names = methods or list(METHODS)
+    order = " / ".join(str(s) for s in seeds)
+    variants = list(STRENGTH)
     out = []
     for setting in SETTINGS:
-        variants = list(STRENGTH)
-        head = " | ".join(f"+ {v}: Δ (seeds {per_seed}) | guided | ratio" for v in variants)
-        out += [
+        head = " | ".join(f"+ {v}: Δ (seeds {order}) | guided | ratio" for v in variants)
+        table = [
             f"### {setting.replace('dir', 'Dir(')})",
             "",
-            f"| method | alone | {head} |",
+            f"| method | alone (seeds {order}) | {head} |",
             "|---|---|" + "---|---|---|" * len(variants),
         ]
-        for name in METHODS:
+        paired = [
+            "",
+            "| method | " + " | ".join(f"+ {v} − alone: mean ± SE [95 % interval]" for v in variants) + " |",
+            "|---|" + "---|" * len(variants),
+        ]
+        for name in names:
             plain = [last_acc(strength_run(setting, name, None, s)) for s in seeds]
-            row = [name, mean_std(plain)]
+            row = [name, f"{mean_std(plain)} ({per_seed(plain, '.2f')})"]
+            intervals = [name]
             for variant in variants:
                 dirs = [strength_run(setting, name, variant, s) for s in seeds]
                 deltas = [last_acc(d) - p for d, p in zip(dirs, plain)]
                 logs = [guided_log(d) for d in dirs]
-                mean = sum(deltas) / len(deltas)
+                ratios = [r for _, r in logs]
                 row += [
-                    f"{mean:+.2f} ({' / '.join(f'{d:+.2f}' for d in deltas)})",
+                    f"{sum(deltas) / len(deltas):+.2f} ({per_seed(deltas, '+.2f')})",
                     " / ".join(str(g) for g, _ in logs),
-                    f"{sum(r for _, r in logs) / len(logs):.3f}",
+                    f"{sum(ratios) / len(ratios):.3f} ({per_seed(ratios, '.3f')})",
                 ]
-            out.append("| " + " | ".join(row) + " |")
-        out.append("")
+                diff = PairedDifference(tuple(deltas))
+                mean, se, interval, verdict = diff.cells()
+                intervals.append(f"{mean} ± {se} {interval}, {verdict}" if diff.n > 1 else f"{mean}, {verdict}")
+            table.append("| " + " | ".join(row) + " |")
+            paired.append("| " + " | ".join(intervals) + " |")
+        out += [*table, *paired, ""]
     out.append(
-        "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds, mean ± std over seeds); "
-        "Δ: + FedEGG minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); "
-        "ratio: mean over guided rounds and seeds of server/fedegg/update_ratio "
-        "= ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖. FedNova here is sample-weighted FedAvg: "
-        "every client runs the same 5 local steps (a_k = 5), so its normalisation does nothing; "
-        "the FedNova-FedAvg gap is sample against uniform weighting."
+        "alone: test accuracy of the method without FedEGG (last 10 of 60 rounds), mean ± SD (sample) over seeds, then "
+        "per seed; Δ: + FedEGG minus alone, mean (per seed, paired); guided: rounds the gate opened, per seed (of 60); "
+        "ratio: the mean over guided rounds of server/fedegg/update_ratio = ‖W_t − W̄_t‖ / ‖W̄_t − W_{t−1}‖, mean "
+        "over seeds (per seed). Second table: the paired Δ's mean, its SE (SD of the per-seed Δ / √seeds) and 95 % "
+        "interval (Student's t, flsuite.compare.paired_difference); resolved = the interval excludes 0. The training "
+        "noise alone on fixed clients is docs/results/fedegg_noise.md. FedNova here is sample-weighted FedAvg: "
+        "every client runs the same 5 local steps (a_k = 5), so its normalisation does nothing; the FedNova-FedAvg gap "
+        "is sample against uniform weighting."
     )
     return "\n".join(out)
 
@@ -418,16 +440,21 @@ def main() -> None:
     p.add_argument("--study", choices=["table", "levels", "tau", "convergence", "strength", "noise"], required=True)
     p.add_argument("--part", default=None, help="N/M: run only the N-th of M slices of the study's runs (no table)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), help="strength: only these rows (default: all)")
+    p.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs go (default {RUNS})")
     p.add_argument("--train_seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="noise: training seeds")
     p.add_argument("--taus", type=float, nargs="+", default=[-3.0, -2.0, -1.0, 0.0, 1.0])
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    globals()["RUNS"] = args.runs  # every run() of this process writes under it
+    if args.methods and args.study != "strength":
+        p.error("--methods is for --study strength")
     if args.part:
         if args.study not in ("strength", "noise"):
             p.error("--part is for --study strength or noise")
         n, m = (int(v) for v in args.part.split("/"))
         if args.study == "strength":
-            for item in strength_runs(args.seeds)[n - 1 :: m]:
+            for item in strength_runs(args.seeds, args.methods)[n - 1 :: m]:
                 strength_run(*item)
         else:
             for item in noise_runs(args.seeds, args.train_seeds)[n - 1 :: m]:
@@ -442,12 +469,14 @@ def main() -> None:
         "table": table,
         "levels": levels,
         "tau": lambda s: tau_sweep(s, args.taus),
-        "strength": strength,
+        "strength": lambda s: strength(s, args.methods),
         "noise": lambda s: noise(s, args.train_seeds),
     }[args.study](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
     if args.study == "noise":
         taus = f" --train_seeds {' '.join(map(str, args.train_seeds))}"
+    if args.methods:
+        taus += f" --methods {' '.join(args.methods)}"
     command = (
         f"OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study {args.study} "
         f"--seeds {' '.join(map(str, args.seeds))}{taus} --out {args.out}"
