@@ -157,3 +157,68 @@ def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Pat
     assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "fresh2")]) == 1
     out = capsys.readouterr().out
     assert f"| 1 | FedAvg | AVG | 99.99 | {avg} | **DIFFERS** |" in out and "1 differ" in out
+
+
+STRENGTH = "OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study strength --seeds 0 1 2 --out docs/results/s.md"
+
+
+def test_a_fedegg_strength_sample_reruns_the_rows_and_seeds_asked_with_the_commands_environment(check, tmp_path):
+    env, argv = check.split_env(STRENGTH)
+    assert env == {"OMP_NUM_THREADS": "1"} and check.command_seeds(argv) == [0, 1, 2]
+    sample = check.fedegg_sample_argv(argv, ["FedAvg", "FedDC"], [0], tmp_path / "runs", tmp_path / "o.md")
+    assert sample == ["--study", "strength", "--methods", "FedAvg", "FedDC", "--seeds", "0"] + [
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "o.md"),
+    ]
+    with pytest.raises(SystemExit, match="only `experiments/fedegg_study.py --study strength` tables"):
+        check.fedegg_sample_argv(
+            check.split_env(STRENGTH.replace("strength", "tau"))[1], ["FedAvg"], [0], tmp_path, tmp_path
+        )
+
+
+def strength_table(seeds: list[int], methods: list[str], monkeypatch) -> str:
+    """fedegg_study's own strength table over fixed per-run numbers (a run's accuracy, guided rounds and ratio are
+    functions of its setting, method, variant and seed), as `--study strength` writes it."""
+    fedegg = load_experiment("fedegg_study")
+    monkeypatch.setattr(fedegg, "strength_run", lambda setting, name, variant, seed: (setting, name, variant, seed))
+    value = lambda key: (hash(key) % 1000) / 37.0  # noqa: E731 - deterministic within the process
+    monkeypatch.setattr(fedegg, "last_acc", lambda key: 60.0 + value(key))
+    monkeypatch.setattr(fedegg, "guided_log", lambda key: (int(value(key)), value(key) / 30.0))
+    return f"<!-- regenerate: {STRENGTH} -->\n{fedegg.strength(seeds, methods)}\n"
+
+
+def test_a_fedegg_strength_table_is_checked_on_its_sampled_seeds_values(check, tmp_path, monkeypatch, capsys):
+    """The committed strength table (seeds 0-2) against a fresh one of FedAvg's row on seed 0, both written by
+    fedegg_study.strength: every per-seed cell's seed-0 value is judged and equal, means and intervals over every
+    seed are shown, not judged; a seed-0 value edited is reported, a seed-1 value edited is not sampled."""
+    table = tmp_path / "s.md"
+    table.write_text(strength_table([0, 1, 2], ["FedAvg", "SCAFFOLD"], monkeypatch))
+    fresh = strength_table([0], ["FedAvg"], monkeypatch)
+    ran = []
+
+    def run(cmd: list[str], **kwargs):
+        ran.append((cmd, kwargs["env"]["OMP_NUM_THREADS"]))
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(fresh)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(check, "subprocess", SimpleNamespace(run=run))
+    assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / "f1")]) == 0
+    out = capsys.readouterr().out
+    assert ran[0][0][1].endswith("experiments/fedegg_study.py") and ran[0][1] == "1"
+    assert ran[0][0][ran[0][0].index("--seeds") + 1 :][:2] == ["0", "--runs"]
+    # 2 settings x (alone + 4 variants x (Δ, guided, ratio)) per-seed cells judged; 2 x 4 intervals not judged
+    assert "26 of 26 cells equal" in out and out.count("(no per-seed value, not judged)") == 8
+
+    committed = table.read_text()
+    row = next(line for line in committed.splitlines() if line.startswith("| FedAvg |"))
+    guided = row.split(" | ")[3]  # "g0 / g1 / g2" of + LH in Dir(0.1)
+    g = guided.split(" / ")
+    for edited, status in ((f"{int(g[0]) + 1} / {g[1]} / {g[2]}", 1), (f"{g[0]} / {int(g[1]) + 1} / {g[2]}", 0)):
+        table.write_text(committed.replace(row, row.replace(f" | {guided} | ", f" | {edited} | ", 1), 1))
+        assert check.main([str(table), "--rows", "FedAvg", "--runs", str(tmp_path / f"f{status}")]) == status
+        out = capsys.readouterr().out
+        assert ("**DIFFERS** (sampled seeds: " + f"{int(g[0]) + 1} vs {g[0]})" in out) is bool(status), out
