@@ -8,9 +8,11 @@ Decisions:
 - The code version (`code_version`, recorded in every run's environment.json under `code`): the package version, the
   git commit of the checkout the package is imported from and whether that tree has uncommitted changes, plus, when
   it has, a fingerprint of those changes (`uncommitted`: sha256 over the path and content of every changed, deleted
-  or untracked, not ignored, file). One `git status` call, once per process (the code a process runs is the code it
-  imported at start). The commit is null (and no error) when the package is not imported from a git checkout (an
-  installed wheel), when git is missing, or when git fails.
+  or untracked, not ignored, file). Changes under `docs/` (`NOT_CODE`) are not code: a study writes its table
+  there, and before this one study's table made the next study in the same checkout rerun every run it shared. One
+  `git status` call, once per process (the code a process runs is the code it imported at start). The commit is
+  null (and no error) when the package is not imported from a git checkout (an installed wheel), when git is
+  missing, or when git fails.
 - Same code = the same package version, the same commit and the same `uncommitted` fingerprint (null for a clean
   tree): a tree with uncommitted changes is the same code only when its changes are identical. A run without a
   recorded commit (made before flsuite recorded it, or outside a git checkout) is never the same code: nothing pins it.
@@ -43,6 +45,10 @@ from typing import Any
 import yaml
 
 from flsuite.runfolder import flatten
+
+#: Folders whose uncommitted changes are not code (no run reads them): the study drivers write their tables into
+#: docs/results/, and a table written by one study must not make the next study in the same checkout "other code".
+NOT_CODE = ("docs/",)
 
 #: Dotted-key patterns (fnmatch) that may differ between a reused run and the request (see the module's decisions).
 REUSE_IGNORED = (
@@ -115,6 +121,7 @@ def git_state(root: Path) -> tuple[str | None, str | None]:
         i += 1
     if commit is None:
         return None, None
+    changed = [path for path in changed if not path.startswith(NOT_CODE)]
     return commit, (_fingerprint(root, changed) if changed else None)
 
 

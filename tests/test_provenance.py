@@ -79,6 +79,11 @@ def test_uncommitted_changes_are_fingerprinted_by_content(tmp_path: Path):
     (repo / "runs").mkdir()
     (repo / "runs" / "r.json").write_text("{}")  # ignored files are not
     assert git_state(repo) == (git(repo, "rev-parse", "HEAD").strip(), None)
+    (repo / "docs" / "results").mkdir(parents=True)
+    (repo / "docs" / "results" / "t.md").write_text("| a study's table |\n")  # docs are not code either
+    assert git_state(repo) == (git(repo, "rev-parse", "HEAD").strip(), None)
+    (repo / "docsx.py").write_text("z = 1\n")  # a file whose name only starts like docs/ is
+    assert git_state(repo)[1] is not None
 
 
 def test_outside_a_git_checkout_the_commit_is_null_and_nothing_fails(tmp_path: Path, monkeypatch):
