@@ -21,7 +21,10 @@ EXAMPLE = "flsuite.methods.fedexample.FedExample"
 LAYERS = [
     ("bottom", ("seeding", "paths", "progress", "interrupts", "runtime", "records", "plots")),
     ("data and models", ("data", "models")),
-    ("run services", ("metrics", "tracking", "run_environment", "runfolder", "provenance", "preflight")),
+    (
+        "run services",
+        ("metrics", "tracking", "run_environment", "runfolder", "code_identity", "provenance", "preflight"),
+    ),
     ("engine", ("federation",)),
     ("methods", ("methods",)),
     (
