@@ -14,9 +14,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source experiments/ggeur_peer_grids.sh
-v=(--variant "FedAvg=" --variant "FedAvg + GGEUR (Step 1)=configs/ggeur/with_ggeur_step1.yaml"
-   --variant "FedAvg + GGEUR (Step 1 & 2)=configs/ggeur/with_ggeur.yaml")
-peer_variants "0.01 0.05 0.2" "1.0 3.0 10.0" "0.25 0.5 1.0"
-exec python experiments/study.py --name ggeur_table4_office_caltech10 --base configs/ggeur/effnet/office_caltech10.yaml \
-  "${v[@]}" --select_on val --seeds 0 1 2 --workers 2 --out docs/results/ggeur_table4_office_caltech10.md \
-  --command "bash experiments/ggeur_table4_office_caltech10.sh" "$@" -- --validation.fraction 0.1
+domain_skew_peer_study ggeur_table4_office_caltech10 configs/ggeur/effnet/office_caltech10.yaml \
+  "0.01 0.05 0.2" "1.0 3.0 10.0" "0.25 0.5 1.0" "$@"

@@ -14,9 +14,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source experiments/ggeur_peer_grids.sh
-v=(--variant "FedAvg=" --variant "FedAvg + GGEUR (Step 1)=configs/ggeur/with_ggeur_step1.yaml"
-   --variant "FedAvg + GGEUR (Step 1 & 2)=configs/ggeur/with_ggeur.yaml")
-peer_variants "0.01 0.05 0.1 0.2" "0.1 1.0 3.0 10.0" "0.1 0.25 0.5 1.0"
-exec python experiments/study.py --name ggeur_table4_peers_digits_offline --base configs/ggeur/effnet/digits_offline.yaml \
-  "${v[@]}" --select_on val --seeds 0 1 2 --workers 2 --out docs/results/ggeur_table4_peers_digits_offline.md \
-  --command "bash experiments/ggeur_table4_peers_digits_offline.sh" "$@" -- --validation.fraction 0.1
+domain_skew_peer_study ggeur_table4_peers_digits_offline configs/ggeur/effnet/digits_offline.yaml \
+  "0.01 0.05 0.1 0.2" "0.1 1.0 3.0 10.0" "0.1 0.25 0.5 1.0" "$@"
