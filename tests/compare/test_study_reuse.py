@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -145,13 +146,14 @@ def study_label() -> str:
     return code_label(code_version())
 
 
-def test_fedegg_study_reruns_a_run_of_another_commit_or_config_and_reuses_the_same(tmp_path: Path, monkeypatch, capsys):
-    """fedegg_study.run with the run's real resolved config; the federation (MNIST, the guiding set) is replaced by
-    one that writes what a finished run writes."""
+def fedegg_study_with_finished_runs(tmp_path: Path, monkeypatch) -> tuple[Any, list[tuple[Path, dict]]]:
+    """experiments/fedegg_study.py with its runs under tmp_path and its federation (MNIST, the guiding set) replaced by
+    one that writes what a finished run writes (its resolved config, this code's version, a summary); and the list of
+    (run folder, resolved config) of every run made, in order."""
     fedegg = load_experiment("fedegg_study")
     monkeypatch.chdir(ROOT)  # the study's config paths are relative to the repository
     monkeypatch.setattr(fedegg, "RUNS", tmp_path / "runs")
-    made = []
+    made: list[tuple[Path, dict]] = []
 
     class Finished:
         def __init__(self, run_dir: Path) -> None:
@@ -162,11 +164,20 @@ def test_fedegg_study_reruns_a_run_of_another_commit_or_config_and_reuses_the_sa
             (self.run_dir / "config.yaml").write_text(config_yaml)
             (self.run_dir / "environment.json").write_text(json.dumps({"code": code_version()}))
             (self.run_dir / "summary.json").write_text("{}")
-            made.append(self.run_dir)
+            made.append((self.run_dir, yaml.safe_load(config_yaml)))
 
     monkeypatch.setattr(fedegg, "federation", lambda cfg, configs, seed, setting: Finished(Path(cfg.run_dir)))
+    return fedegg, made
+
+
+def test_fedegg_study_reruns_a_run_of_another_commit_or_config_and_reuses_the_same(tmp_path: Path, monkeypatch, capsys):
+    """fedegg_study.run with the run's real resolved config; the federation (MNIST, the guiding set) is replaced by
+    one that writes what a finished run writes."""
+    fedegg, made = fedegg_study_with_finished_runs(tmp_path, monkeypatch)
     run_dir = fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0)
-    assert made == [run_dir] and run_dir == tmp_path / "runs" / "table" / "dir0.1" / "FedAvg_LH" / "seed0"
+    assert [d for d, _ in made] == [
+        run_dir
+    ] and run_dir == tmp_path / "runs" / "table" / "dir0.1" / "FedAvg_LH" / "seed0"
     assert (
         fedegg.run("table", "dir0.1", "FedAvg + LH", [fedegg.LEVELS["LH"]], 0) == run_dir and len(made) == 1
     )  # reused
@@ -189,33 +200,19 @@ def test_fedegg_noise_study_fixes_the_data_seed_varies_the_training_seed_and_sha
 ):
     """The noise study (issue 38): a run whose training seed is its data seed is the strength study's seed run (one
     run, not two); the others are data_seed/train_seed runs of the same config, each written where it says."""
-    fedegg = load_experiment("fedegg_study")
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(fedegg, "RUNS", tmp_path / "runs")
-    made: dict[Path, dict] = {}
-
-    class Finished:
-        def __init__(self, run_dir: Path) -> None:
-            self.run_dir = run_dir
-
-        def fit(self, config_yaml: str) -> None:
-            self.run_dir.mkdir(parents=True)
-            (self.run_dir / "config.yaml").write_text(config_yaml)
-            (self.run_dir / "environment.json").write_text(json.dumps({"code": code_version()}))
-            (self.run_dir / "summary.json").write_text("{}")
-            made[self.run_dir] = yaml.safe_load(config_yaml)
-
-    monkeypatch.setattr(fedegg, "federation", lambda cfg, configs, seed, setting: Finished(Path(cfg.run_dir)))
+    fedegg, runs = fedegg_study_with_finished_runs(tmp_path, monkeypatch)
     same = fedegg.noise_run("dir10", "LH shared", 1, 1)
-    assert same == fedegg.strength_run("dir10", "FedAvg", "LH shared", 1) and len(made) == 1
+    assert same == fedegg.strength_run("dir10", "FedAvg", "LH shared", 1) and len(runs) == 1
     assert same == tmp_path / "runs" / "strength" / "dir10" / "FedAvg_LHshared" / "seed1"
     other = fedegg.noise_run("dir10", "LH shared", 1, 3)
     assert other == tmp_path / "runs" / "noise" / "dir10" / "FedAvg_LHshared" / "data1_train3"
+    plain = fedegg.noise_run("dir10", None, 1, 3)
+    assert plain == tmp_path / "runs" / "noise" / "dir10" / "FedAvg" / "data1_train3"
+    made = dict(runs)  # run folder -> its resolved config
     a, b = made[same], made[other]
     assert (a["seed"], a.get("data_seed"), a.get("train_seed")) == (1, None, None)
     assert (b["seed"], b["data_seed"], b["train_seed"]) == (1, 1, 3)
     assert b["server_steps"][0]["init_args"]["shared_head"] is True and b["rounds"] == a["rounds"]
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     assert differing == {"data_seed", "train_seed", "run_dir"}
-    assert fedegg.noise_run("dir10", None, 1, 3) == tmp_path / "runs" / "noise" / "dir10" / "FedAvg" / "data1_train3"
-    assert made[tmp_path / "runs" / "noise" / "dir10" / "FedAvg" / "data1_train3"].get("server_steps") in (None, [])
+    assert made[plain].get("server_steps") in (None, [])
