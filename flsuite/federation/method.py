@@ -77,6 +77,11 @@ class ClientModule(nn.Module, Generic[S]):
     #: say so (the compiled loop then calls them between the steps instead of scanning runs of batches).
     step_hooks: ClassVar[bool] = False
 
+    #: Whether `local.loop: auto` may choose the compiled loop for this client (then only where it pays): False for a
+    #: loss that compiles to slower steps than the lean loop's, e.g. FedFA's, whose per-step Gaussian draws inductor
+    #: generates element by element. `local.loop: compiled` still compiles it.
+    compiled_pays: ClassVar[bool] = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         overridden = [

@@ -47,6 +47,7 @@ def run_loop_choice(federation: LoopRun, fed: FederatedData, state: FederationSt
             federation.sampling.clients_per_round(len(fed.clients)),
             federation.rounds,
             federation.executor.processes,
+            compiled_pays=federation.method.client_module.compiled_pays,
         )
     state.local_loop = choice
     log.info("%s", choice.log_line())

@@ -17,7 +17,7 @@ from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedfa import FedFA, FedFAClient
-from flsuite.methods.fedfa_layer import adaptive_weight, ffa, gaussian_std
+from flsuite.methods.fedfa_layer import adaptive_weight, batch_variance, ffa, gaussian_std
 from flsuite.models.heads import MLP, Linear
 from tests.federation.test_run import CrashAtRound
 from tests.helpers import cnn_federation, head_federation, run_cli
@@ -62,6 +62,30 @@ def test_the_noise_scale_follows_the_shared_variance():
     base = torch.tensor([0.2, 0.2, 0.2])
     assert torch.all(gaussian_std(base, shared, EPS).diff() > 0)
     torch.testing.assert_close(gaussian_std(base, torch.full((3,), 5.0), EPS), (2 * base).sqrt())
+
+
+@pytest.mark.parametrize("form", ["paper", "official"])
+def test_the_batch_variance_is_torchs_and_a_feature_vector_takes_the_general_form(form):
+    """The two-pass batch variance equals `torch.var` (1/B, or unbiased in the official form; 1/B for one sample);
+    on a feature vector x̂ and its gradient equal the general form written out with σ = √ε (x − μ = 0, so x̂ = β)."""
+    torch.manual_seed(2)
+    s = torch.randn(16, 7) * 2 + 3
+    for batch in (s, s[:1]):
+        unbiased = form == "official" and len(batch) > 1
+        torch.testing.assert_close(batch_variance(batch, EPS, form), batch.var(0, unbiased=unbiased) + EPS)
+    x, shared, draws = torch.randn(16, 7, requires_grad=True), torch.rand(7), torch.randn(2, 16, 7)
+    out, stats = ffa(x, shared, torch.rand(7), draws[0], draws[1], EPS, form)
+    mu, sigma = x, torch.full_like(x, EPS).sqrt()
+    unbiased = form == "official"
+    beta = mu + draws[0] * ((adaptive_weight(shared, EPS) + 1) * (mu.var(0, unbiased=unbiased) + EPS)).sqrt()
+    gamma = sigma + draws[1] * ((adaptive_weight(torch.ones(7), EPS) + 1) * EPS).sqrt()
+    expected = (x - mu) / sigma * gamma + beta
+    torch.testing.assert_close(out, expected)
+    (grad,) = torch.autograd.grad((out * draws[1]).sum(), x)
+    (expected_grad,) = torch.autograd.grad((expected * draws[1]).sum(), x)
+    torch.testing.assert_close(grad, expected_grad)
+    torch.testing.assert_close(stats["mean"], x.mean(0))
+    torch.testing.assert_close(stats["std"], torch.full((7,), EPS**0.5))
 
 
 def test_the_server_statistics_aggregate_as_the_paper_says():
@@ -204,3 +228,19 @@ def test_the_compiled_loop_runs_it_and_matches_lean_at_p_zero():
             torch.testing.assert_close(b.weights[k], a.weights[k], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(b.upload["features/mean"], a.upload["features/mean"], rtol=1e-5, atol=1e-6)
     assert all(r.num_steps == 33 for r in client_fits("compiled", method=FedFA(p=1.0)))
+
+
+def test_auto_keeps_it_on_the_lean_loop_where_fedavg_compiles(monkeypatch):
+    """`local.loop: auto` reads `FedFAClient.compiled_pays`: where the run's steps would compile FedAvg's client,
+    FedFA's stays lean (its compiled draws are slower than its lean steps)."""
+    from flsuite.federation.local import choice
+    from flsuite.federation.run_loop_choice import run_loop_choice
+    from flsuite.federation.state import FederationState
+
+    monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", 1)
+    loops = {}
+    for name, method in (("fedavg", FedAvg()), ("fedfa", FedFA())):
+        federation = head_federation(None, method=method)
+        loops[name] = run_loop_choice(federation, federation.raw_data(), FederationState.empty())
+    assert loops["fedavg"].loop == "compiled"
+    assert loops["fedfa"].loop == "lean" and "compiled_pays" in loops["fedfa"].reason

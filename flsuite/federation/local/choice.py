@@ -5,7 +5,8 @@ the federation's size, logged in one line and recorded in the run folder's `envi
               steps per process to pay the one-off compilation (`COMPILE_PAYS_FROM_STEPS`);
     standard  with mixed precision (the only loop that runs it);
     lean      otherwise: image models, Adam/AdamW or step hooks (the compiled path would step one batch per call,
-              no faster than lean), and short runs such as the quickstart's, where compiling costs more than it saves.
+              no faster than lean), a client that declares its compiled loss slower (`ClientModule.compiled_pays`),
+              and short runs such as the quickstart's, where compiling costs more than it saves.
 
 Measured reasons: docs/performance.md ("local.loop: auto"). A fit outside a run (`run_client` on its own) has no
 run to amortise a compilation over and takes `lean`.
@@ -57,6 +58,7 @@ def choose_loop(
     clients_per_round: int,
     rounds: int,
     processes: int,
+    compiled_pays: bool = True,
 ) -> LoopChoice:
     """The loop for `local.loop` (see the module docstring); the run's local steps per process are estimated as
     rounds × clients per round × the mean client's steps per fit / the processes that run client fits."""
@@ -79,6 +81,8 @@ def choose_loop(
         return lean(f"local.optimizer {local.optimizer} (the compiled path scans plain SGD's steps only)")
     if step_hooks:
         return lean("the method's client has step hooks (nothing to scan between them)")
+    if not compiled_pays:
+        return lean("the method's client trains faster on the lean loop (its ClientModule.compiled_pays)")
     mean_steps = sum(steps_per_fit(local, n) for n in client_sizes) / max(len(client_sizes), 1)
     steps = round(rounds * clients_per_round * mean_steps / max(processes, 1))
     if steps < COMPILE_PAYS_FROM_STEPS:

@@ -25,9 +25,17 @@ def chosen(
     per_round=3,
     rounds=10,
     processes=1,
+    compiled_pays=True,
 ):
     return choose_loop(
-        local or LocalTraining(epochs=10), input_shape, step_hooks, list(sizes), per_round, rounds, processes
+        local or LocalTraining(epochs=10),
+        input_shape,
+        step_hooks,
+        list(sizes),
+        per_round,
+        rounds,
+        processes,
+        compiled_pays=compiled_pays,
     )
 
 
@@ -56,6 +64,8 @@ def test_a_head_on_features_compiles_once_the_run_has_the_steps_to_pay_for_it():
         ({"input_shape": (3, 32, 32)}, "lean", "inputs of shape (3, 32, 32) are images"),
         ({"local": LocalTraining(epochs=10, optimizer="adam")}, "lean", "local.optimizer adam"),
         ({"step_hooks": True}, "lean", "step hooks"),
+        ({"compiled_pays": False}, "lean", "trains faster on the lean loop"),
+        ({"compiled_pays": False, "local": LocalTraining(epochs=10, loop="compiled")}, "compiled", "set in the config"),
         ({"local": LocalTraining(epochs=10, precision="bf16-mixed")}, "standard", "local.precision bf16-mixed"),
         ({"local": LocalTraining(epochs=10, loop="lean")}, "lean", "set in the config"),
         ({"local": LocalTraining(epochs=10, loop="compiled"), "rounds": 1}, "compiled", "set in the config"),
