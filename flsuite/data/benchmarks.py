@@ -221,8 +221,11 @@ class Benchmark(DataSource):
         return Split(x, labels)
 
     def source_folders(self) -> list[Path] | None:
-        """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); None for the
-        others."""
+        """A folder suite's whole `root` (every domain's folder, used or not: a superset is safe); digits_offline's
+        USPS folder (its other domains come from installed packages and flsuite's own SYN renderer, which the index's
+        code fingerprint covers); None for the others (downloads)."""
+        if self.suite == "digits_offline":  # a usps_mat the config names is in the index's key already
+            return [data_path(self.root) / "usps"] if "usps" in self.domains and self.usps_mat is None else []
         return [data_path(self.root)] if self.suite in FOLDER_SUITES else None
 
     def layout(self, seed: int) -> BenchmarkLayout:

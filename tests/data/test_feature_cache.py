@@ -286,6 +286,53 @@ def test_features_on_a_filled_cache_answer_from_its_index_without_the_encoder(
         assert code == 2 and "the encoder was built" in err
 
 
+def test_digits_offline_is_indexed_by_its_usps_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """digits_offline (USPS from a .mat under `root`, SYN rendered by flsuite) is recorded in the index: the same
+    command is answered without the encoder or the SYN renderer; a touched usps.mat is a miss."""
+    import numpy as np
+    import scipy.io
+    import yaml
+
+    from flsuite.data import syn_digits
+    from tests.helpers import SMALL_CONFIG, run_cli
+
+    (tmp_path / "data" / "usps").mkdir(parents=True)
+    usps = tmp_path / "data" / "usps" / "usps.mat"
+    rng = np.random.default_rng(0)
+    labels = np.arange(40).reshape(-1, 1) % 10
+    scipy.io.savemat(usps, {"Xtr": rng.uniform(-1, 1, (40, 256)), "ytr": labels, "Xtst": -np.ones((20, 256)),
+                            "ytst": labels[:20]})  # fmt: skip
+    data = {
+        "class_path": "flsuite.data.benchmarks.Benchmark",
+        "init_args": {
+            "suite": "digits_offline",
+            "root": str(tmp_path / "data"),
+            "domains": ["usps", "syn"],
+            "syn_samples": [30, 20],
+            "image_size": 12,
+            "encoder": {"class_path": f"{__name__}.CountingEncoder"},
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({**SMALL_CONFIG, "data": data}))
+    argv = ["features", "--config", str(config)]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0 and "already_embedded" not in json.loads(out)
+
+    def not_run(*args, **kwargs):
+        raise AssertionError("built again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CountingEncoder, "__init__", not_run)
+        patch.setattr(syn_digits, "render_syn_digits", not_run)
+        code, out, _ = run_cli(argv, capsys)
+        assert code == 0 and json.loads(out)["already_embedded"] is True
+        os.utime(usps, ns=(usps.stat().st_atime_ns, usps.stat().st_mtime_ns + 10**9))
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and "built again" in err
+
+
 def test_the_index_and_the_benchmark_agree_on_the_default_cache_folder() -> None:
     import inspect
 
