@@ -70,7 +70,7 @@ class FedFAClient(ClientModule[FedFAClientSettings]):
     """CE with FFA (probability p per layer and batch) at the method's layers; keeps the running statistics it
     uploads. Intermediate layers are augmented by forward hooks, the representation between `features` and `head`.
     `local.loop: auto` keeps it lean: compiled, its 2 × B × C normals a step come from inductor's per-element generator
-    (1.6 ms a step on a [16, 1280] representation), 10-12 s a round on digits_offline against lean's 3.6."""
+    (1.6 ms a step on a [16, 1280] representation), 10-15 s a round on digits_offline against lean's 3.6."""
 
     compiled_pays = False
 
