@@ -214,11 +214,9 @@ def test_console_says_how_many_features_came_from_the_cache(tmp_path: Path, capl
 def _office_config(tmp_path: Path) -> Path:
     """A two-domain Office-Caltech-10 look-alike embedded by `CountingEncoder` into a cache under `tmp_path`."""
     import numpy as np
-    import yaml
     from PIL import Image
 
     from flsuite.data.folder_names import OFFICE_CALTECH10_CLASSES
-    from tests.helpers import SMALL_CONFIG
 
     rng = np.random.default_rng(0)
     for domain in ("amazon", "webcam"):
@@ -228,12 +226,21 @@ def _office_config(tmp_path: Path) -> Path:
                 Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(
                     tmp_path / "office" / domain / cls / f"{i}.png"
                 )
+    return _benchmark_config(tmp_path, suite="office_caltech10", root=tmp_path / "office", domains=["amazon", "webcam"])
+
+
+def _benchmark_config(tmp_path: Path, root: Path, **init_args: object) -> Path:
+    """`tmp_path/run.yaml`: SMALL_CONFIG on a `Benchmark` over `root` (12-pixel images) embedded by `CountingEncoder`
+    into a cache under `tmp_path`."""
+    import yaml
+
+    from tests.helpers import SMALL_CONFIG
+
     data = {
         "class_path": "flsuite.data.benchmarks.Benchmark",
         "init_args": {
-            "suite": "office_caltech10",
-            "root": str(tmp_path / "office"),
-            "domains": ["amazon", "webcam"],
+            **init_args,
+            "root": str(root),
             "image_size": 12,
             "encoder": {"class_path": f"{__name__}.CountingEncoder"},
             "cache_dir": str(tmp_path / "cache"),
@@ -291,31 +298,19 @@ def test_digits_offline_is_indexed_by_its_usps_file(tmp_path: Path, capsys, monk
     command is answered without the encoder or the SYN renderer; a touched usps.mat is a miss."""
     import numpy as np
     import scipy.io
-    import yaml
 
     from flsuite.data import syn_digits
-    from tests.helpers import SMALL_CONFIG, run_cli
+    from tests.helpers import run_cli
 
     (tmp_path / "data" / "usps").mkdir(parents=True)
     usps = tmp_path / "data" / "usps" / "usps.mat"
     rng = np.random.default_rng(0)
     labels = np.arange(40).reshape(-1, 1) % 10
-    scipy.io.savemat(usps, {"Xtr": rng.uniform(-1, 1, (40, 256)), "ytr": labels, "Xtst": -np.ones((20, 256)),
-                            "ytst": labels[:20]})  # fmt: skip
-    data = {
-        "class_path": "flsuite.data.benchmarks.Benchmark",
-        "init_args": {
-            "suite": "digits_offline",
-            "root": str(tmp_path / "data"),
-            "domains": ["usps", "syn"],
-            "syn_samples": [30, 20],
-            "image_size": 12,
-            "encoder": {"class_path": f"{__name__}.CountingEncoder"},
-            "cache_dir": str(tmp_path / "cache"),
-        },
-    }
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({**SMALL_CONFIG, "data": data}))
+    pixels = {"Xtr": rng.uniform(-1, 1, (40, 256)), "Xtst": -np.ones((20, 256))}
+    scipy.io.savemat(usps, {**pixels, "ytr": labels, "ytst": labels[:20]})
+    config = _benchmark_config(
+        tmp_path, suite="digits_offline", root=tmp_path / "data", domains=["usps", "syn"], syn_samples=[30, 20]
+    )
     argv = ["features", "--config", str(config)]
     code, out, _ = run_cli(argv, capsys)
     assert code == 0 and "already_embedded" not in json.loads(out)
