@@ -4,8 +4,9 @@
 
 For each method: AVG and STD (last-k rounds with k read from each run's summary, STD = population std across domains of
 the last-k per-domain means; mean over seeds) without and with GGEUR, their change, on how many seeds
-the change has the same sign as the mean change, and the paper's numbers and change. Methods whose runs are missing
-are left out; the seeds column says how many seeds each mean holds.
+the change has the same sign as the mean change, the AVG change as a paired difference over seeds (SE, 95 % t interval,
+"not resolved" when the interval holds 0), and the paper's numbers and change. Methods whose runs are missing are left
+out; the seeds column says how many seeds each mean holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flsuite.compare import domain_std
+from flsuite.compare import domain_std, paired_difference
 from flsuite.provenance import runs_code_mix
 from flsuite.records import summary_prefix
 from flsuite.seeding import label_key
@@ -61,10 +62,10 @@ def main() -> None:
     args = ap.parse_args()
     lines = [
         (
-            "| method | AVG: without → with GGEUR | seeds up | STD: without → with | seeds down "
-            "| paper AVG | paper STD | seeds |"
+            "| method | AVG: without → with GGEUR | seeds up | Δ AVG: SE, 95 % interval | STD: without → with "
+            "| seeds down | paper AVG | paper STD | seeds |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     read: list[Path] = []  # every run folder the table reads: they should come from one code version
     for method, paper in PAPER.items():
@@ -79,10 +80,12 @@ def main() -> None:
         s0, s1 = np.mean([std0[s] for s in seeds]), np.mean([std1[s] for s in seeds])
         up = sum(avg1[s] > avg0[s] for s in seeds)
         down = sum(std1[s] < std0[s] for s in seeds)
+        _, se, interval, verdict = paired_difference({s: avg1[s] for s in seeds}, avg0).cells()
         paper_avg = fmt_change(paper[0][0], paper[1][0]) if paper else "—"
         paper_std = fmt_change(paper[0][1], paper[1][1]) if paper else "—"
         lines.append(
-            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {fmt_change(s0, s1)} | {down}/{len(seeds)} "
+            f"| {method} | {fmt_change(a0, a1)} | {up}/{len(seeds)} | {se}, {interval}: {verdict} "
+            f"| {fmt_change(s0, s1)} | {down}/{len(seeds)} "
             f"| {paper_avg} | {paper_std} | {len(seeds)} |"
         )
     if warning := runs_code_mix(read):

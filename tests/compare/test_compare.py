@@ -237,8 +237,9 @@ def test_old_summaries_get_the_papers_std_and_table4_script_reads_their_prefix(t
     c = compare(group_by_parent(find_runs([tmp_path / "t4"])[0]))
     assert c.accuracy_rows()[1][0][3:6] == ["60.00", "0.00", "0.00"]  # both last-2 means are 60: std across domains 0
 
-    assert "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | 0.00 → 0.00 (+0.00) | 0/1 |" in table4_compare(
-        tmp_path / "t4", monkeypatch, capsys
+    assert (
+        "| FedAvg | 60.00 → 70.00 (+10.00) | 1/1 | —, —: not resolved (1 pair) | 0.00 → 0.00 (+0.00) | 0/1 |"
+        in table4_compare(tmp_path / "t4", monkeypatch, capsys)
     )
 
 
@@ -250,6 +251,17 @@ def test_ggeur_table4_compare_pairs_the_folders_of_a_training_seed_grid(tmp_path
                 tmp_path / "t4" / slug / f"seed0-train{train}", [{"x": accs[0] + shift, "y": accs[1] + shift}] * 2, 2
             )
     assert "| FedAvg | 65.00 → 75.00 (+10.00) | 2/2 |" in table4_compare(tmp_path / "t4", monkeypatch, capsys)
+
+
+def test_ggeur_table4_compare_states_the_change_as_a_paired_difference(tmp_path: Path, monkeypatch, capsys):
+    """Seeds far apart, the change per seed +10 / +12 / +14: paired, SE = 2 / √3 = 1.15 and the 95 % interval
+    12 ± t(0.975, 2) · SE = 12 ± 4.97, resolved (unpaired, the seeds' spread of 20 points would swamp it)."""
+    for seed, (base, gain) in enumerate(((40, 10), (60, 12), (80, 14))):
+        make_run(tmp_path / "t4" / "fedavg" / f"seed{seed}", [{"x": base, "y": base}] * 2, 2)
+        make_run(tmp_path / "t4" / "fedavg-ggeur" / f"seed{seed}", [{"x": base + gain, "y": base + gain}] * 2, 2)
+    assert "| FedAvg | 60.00 → 72.00 (+12.00) | 3/3 | 1.15, [+7.03, +16.97]: resolved |" in table4_compare(
+        tmp_path / "t4", monkeypatch, capsys
+    )
 
 
 def test_group_by_config_keys(tmp_path: Path, capsys):
