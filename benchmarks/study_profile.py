@@ -54,8 +54,10 @@ PHASES: dict[str, list[str]] = {
     "client fits": ["<subclasses of flsuite.federation.executors:Executor.run>"],
     "client queries": ["<subclasses of flsuite.federation.executors:Executor.query>"],
     "server fits (Lightning)": [
-        "flsuite.federation.server:ServerContext.train",
-        "flsuite.federation.server:ServerContext.fit",
+        # the engine's ServerContext; wrapping the protocol's own methods (flsuite.federation.server_context) times
+        # nothing: they are stubs no call reaches
+        "flsuite.federation.server:RoundServer.train",
+        "flsuite.federation.server:RoundServer.fit",
     ],
     "server steps (other)": ["<subclasses of flsuite.federation.server:ServerStep.step>"],
     "evaluation": ["flsuite.federation.phases:evaluate_federation", "flsuite.metrics:evaluate_federation"],
