@@ -221,15 +221,20 @@ def compare_tables(
     seeds: tuple[list[int], list[int]] | None = None,
 ) -> list[Cell]:
     """Every cell of the sampled rows in every committed table against the fresh table with the same header (the
-    sample may lack some tables of the whole study, e.g. paired differences against another row), None where the
-    fresh tables lack the table, row or column. With `seeds` (the table's, the sample's) and a sample short of every
-    seed, a cell is judged on its sampled seeds' values (`seed_values`), or not judged when it has none."""
+    sample may lack some tables of the whole study, e.g. paired differences against another row), else the first
+    with the same first column and every column of the committed one (a table that gained columns since it was
+    committed, e.g. bytes per run: its old columns are judged by name), None where the fresh tables lack the table,
+    row or column. With `seeds` (the table's, the sample's) and a sample short of every seed, a cell is judged on its
+    sampled seeds' values (`seed_values`), or not judged when it has none."""
     cells, unused = [], list(fresh)
     for t, table in enumerate(committed):
         sampled = [r for r in rows if r in table.rows]
         if not sampled:
             continue
-        other = next((f for f in unused if header_key(f.header) == header_key(table.header)), None)
+        mine = header_key(table.header)
+        other = next((f for f in unused if header_key(f.header) == mine), None) or next(
+            (f for f in unused if f.header[0] == table.header[0] and set(mine) <= set(header_key(f.header))), None
+        )
         if other is not None:
             unused.remove(other)
         columns = header_key(other.header) if other is not None else ()
@@ -239,7 +244,7 @@ def compare_tables(
                 value = None
                 key = header_key((column,))[0]
                 if theirs is not None and key in columns:
-                    j = c if columns == header_key(table.header) else columns.index(key)  # by place: names repeat
+                    j = c if columns == mine else columns.index(key)  # by place: names repeat
                     value = theirs[j] if j < len(theirs) else None
                 cell = Cell(t, row, column, table.rows[row][c], value)
                 if seeds is not None and seeds[0] != seeds[1]:

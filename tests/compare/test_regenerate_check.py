@@ -159,6 +159,33 @@ def test_a_table_regenerates_and_a_changed_cell_is_reported(check, tmp_path: Pat
     assert f"| 1 | FedAvg | AVG | 99.99 | {avg} | **DIFFERS** |" in out and "1 differ" in out
 
 
+def test_a_table_that_gained_columns_is_checked_on_its_old_ones_by_name(check):
+    """A committed cost table without the later "bytes ... / run" columns, and a fresh output with a paired table
+    inserted before the cost table: the old table's cells are judged against the fresh cost table by column name
+    (not "(missing)", as when only an identical header matched); a changed cell is still reported."""
+    committed = check.tables(
+        "| method | AVG | seeds |\n|---|---|---|\n| A | 90.00 | 3 |\n\n"
+        "| method | bytes up / round | s / round |\n|---|---|---|\n| A | 6.0 MiB | 0.31 |\n"
+    )
+    fresh_text = (
+        "| method | AVG | seeds |\n|---|---|---|\n| A | 90.00 | 3 |\n\n"
+        "| method | Δ AVG vs B | SE |\n|---|---|---|\n| A | +0.10 | 0.05 |\n\n"
+        "| method | bytes up / round | bytes up / run | s / round |\n|---|---|---|---|\n| A | {} | 301 MiB | 0.49 |\n"
+    )
+    cells = check.compare_tables(committed, check.tables(fresh_text.format("6.0 MiB")), ["A"])
+    assert [(c.table, c.column, c.fresh) for c in cells] == [
+        (0, "AVG", "90.00"),
+        (0, "seeds", "3"),
+        (1, "bytes up / round", "6.0 MiB"),
+        (1, "s / round", "0.49"),
+    ]
+    assert all(c.same for c in cells if c.judged)
+    changed = check.compare_tables(committed, check.tables(fresh_text.format("7.0 MiB")), ["A"])
+    assert [(c.column, c.committed, c.fresh) for c in changed if c.judged and not c.same] == [
+        ("bytes up / round", "6.0 MiB", "7.0 MiB")
+    ]
+
+
 STRENGTH = "OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study strength --seeds 0 1 2 --out docs/results/s.md"
 
 
