@@ -78,9 +78,10 @@ def main() -> None:
             continue
         a0, a1 = np.mean([avg0[s] for s in seeds]), np.mean([avg1[s] for s in seeds])
         s0, s1 = np.mean([std0[s] for s in seeds]), np.mean([std1[s] for s in seeds])
-        up = sum(avg1[s] > avg0[s] for s in seeds)
+        change = paired_difference({s: avg1[s] for s in seeds}, avg0)
+        _, se, interval, verdict = change.cells()
+        up = sum(d > 0 for d in change.diffs)
         down = sum(std1[s] < std0[s] for s in seeds)
-        _, se, interval, verdict = paired_difference({s: avg1[s] for s in seeds}, avg0).cells()
         paper_avg = fmt_change(paper[0][0], paper[1][0]) if paper else "—"
         paper_std = fmt_change(paper[0][1], paper[1][1]) if paper else "—"
         lines.append(

@@ -221,20 +221,20 @@ def compare_tables(
     seeds: tuple[list[int], list[int]] | None = None,
 ) -> list[Cell]:
     """Every cell of the sampled rows in every committed table against the fresh table with the same header (the
-    sample may lack some tables of the whole study, e.g. paired differences against another row), else the first
-    with the same first column and every column of the committed one (a table that gained columns since it was
-    committed, e.g. bytes per run: its old columns are judged by name), None where the fresh tables lack the table,
-    row or column. With `seeds` (the table's, the sample's) and a sample short of every seed, a cell is judged on its
-    sampled seeds' values (`seed_values`), or not judged when it has none."""
+    sample may lack some tables of the whole study, e.g. paired differences against another row), else, when no
+    column name of the committed one repeats, the first with its first column and every one of its columns (a table
+    that gained columns since it was committed, e.g. bytes per run: its old columns are judged by name), None where
+    the fresh tables lack the table, row or column. With `seeds` (the table's, the sample's) and a sample short of
+    every seed, a cell is judged on its sampled seeds' values (`seed_values`), or not judged when it has none."""
     cells, unused = [], list(fresh)
     for t, table in enumerate(committed):
         sampled = [r for r in rows if r in table.rows]
         if not sampled:
             continue
         mine = header_key(table.header)
-        other = next((f for f in unused if header_key(f.header) == mine), None) or next(
-            (f for f in unused if f.header[0] == table.header[0] and set(mine) <= set(header_key(f.header))), None
-        )
+        other = next((f for f in unused if header_key(f.header) == mine), None)
+        if other is None and len(set(mine)) == len(mine):  # by name only where no name repeats
+            other = next((f for f in unused if f.header[0] == mine[0] and set(mine) <= set(header_key(f.header))), None)
         if other is not None:
             unused.remove(other)
         columns = header_key(other.header) if other is not None else ()

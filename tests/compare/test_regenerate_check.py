@@ -184,6 +184,11 @@ def test_a_table_that_gained_columns_is_checked_on_its_old_ones_by_name(check):
     assert [(c.column, c.committed, c.fresh) for c in changed if c.judged and not c.same] == [
         ("bytes up / round", "6.0 MiB", "7.0 MiB")
     ]
+    # where a name repeats (FedEGG's strength table: "guided" per setting), only place says which column is which:
+    # a fresh table that merely holds those names is not taken for it
+    repeated = check.tables("| method | guided | guided |\n|---|---|---|\n| A | 60 | 47 |\n")
+    grown = check.tables("| method | guided | ratio | guided |\n|---|---|---|---|\n| A | 60 | 0.4 | 47 |\n")
+    assert [c.fresh for c in check.compare_tables(repeated, grown, ["A"])] == [None, None]
 
 
 STRENGTH = "OMP_NUM_THREADS=1 python experiments/fedegg_study.py --study strength --seeds 0 1 2 --out docs/results/s.md"
