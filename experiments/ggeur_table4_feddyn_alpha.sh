@@ -5,7 +5,8 @@
 # every point on seeds 0, 1, 2, with and without GGEUR (Steps 1 & 2), alpha kept per row on a validation split (10 % of
 # each client's training data, --select_on val), never on the test set; the paired difference is "+ GGEUR" minus FedDyn
 # at their kept alphas. Grid: alpha in {0.01, 0.1, 0.5} (FedDyn's paper searched {0.1, 0.01, 0.001}; 0.5 is GGEUR's).
-# 18 runs; on 2 cores a FedDyn run takes about a minute, a FedDyn + GGEUR run about 5 minutes.
+# 18 runs, 41 min on 2 cores beside other studies (2026-12-05): a FedDyn run's 50 rounds 31-104 s, FedDyn + GGEUR's
+# 6.4-8.6 min (alpha 0.01's runs).
 #   bash experiments/ggeur_table4_feddyn_alpha.sh [--workers 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
