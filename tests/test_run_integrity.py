@@ -59,7 +59,10 @@ def folder_digest(folder: Path) -> dict[str, str]:
 
 # ---- reading an offline W&B run ------------------------------------------------------------------------------
 def wandb_records(path: Path):
-    """The records of a `.wandb` transaction log (LevelDB log format: 7-byte header, 32 KiB blocks of chunks)."""
+    """The complete records of a `.wandb` transaction log (LevelDB log format: 7-byte header, 32 KiB blocks of chunks).
+
+    A log read while W&B's service appends to it may end inside a chunk; the records before it are returned.
+    """
     from wandb.proto import wandb_internal_pb2 as pb
 
     data = path.read_bytes()
@@ -74,6 +77,8 @@ def wandb_records(path: Path):
         if kind == 0 and length == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):  # the tail W&B's service is still writing: read it on the next poll
+            break
         chunks.append(data[pos + 7 : pos + 7 + length])
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST chunk
@@ -254,6 +259,12 @@ def test_finished_run_is_labelled_for_the_dashboard(monkeypatch, tmp_path):
     media = [p.name for p in (log.parent / "files" / "media").rglob("*")]
     assert any(name.startswith("convergence") for name in media), media
     assert any(name.startswith("final_per_domain") for name in media), media
+    # the poll above reads the log while W&B's service appends to it: every prefix gives a prefix of the records
+    records, data = [r.SerializeToString() for r in wandb_records(log)], log.read_bytes()
+    for cut in range(7, len(data), 97):
+        (tmp_path / "partial.wandb").write_bytes(data[:cut])
+        partial = [r.SerializeToString() for r in wandb_records(tmp_path / "partial.wandb")]
+        assert partial == records[: len(partial)], f"the log cut at byte {cut} does not read as a prefix"
 
 
 def test_under_a_sweep_agent_the_agents_run_is_joined(monkeypatch, tmp_path):
