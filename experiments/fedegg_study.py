@@ -7,7 +7,8 @@
     ... --study strength --part N/M   (only the N-th of M slices of its runs, to run M processes side by side)
     ... --study noise --seeds 0 --train_seeds 0 1 2 3 4   (issue 38: FedAvg, + LH and + LH shared on the data seeds'
                              clients repeated over training seeds; the training noise and paired differences with SE
-                             and 95 % intervals; --part N/M as above)
+                             and 95 % intervals; --part N/M as above; --methods FedNova: that method, + LH and
+                             + LH shared instead of FedAvg's)
 
 Every run is the configs' run (`flsuite fit --config configs/fedegg/cpu/mnist_dir0.1.yaml [--config <method>]
 [--config configs/fedegg/with_fedegg.yaml]`, parsed by the CLI's own parser, its resolved YAML in the run folder),
@@ -284,77 +285,43 @@ def strength(seeds: list[int], methods: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
-#: The training-noise study (issue 38): FedAvg and FedAvg + FedEGG-LH in the paper's form and with the shared head,
-#: on fixed clients (a data seed) repeated over training seeds, beside the strength study's seeds 0, 1, 2 (seed = data
-#: seed = training seed), whose runs it shares: a run whose training seed equals its data seed is that study's run.
-NOISE = {"FedAvg": None, "FedAvg + LH": "LH", "FedAvg + LH shared": "LH shared"}
+#: The training-noise study (issue 38): a method (FedAvg unless `--methods`) and it + FedEGG-LH in the paper's form and
+#: with the shared head, on fixed clients (a data seed) repeated over training seeds, beside the strength study's seeds
+#: 0, 1, 2 (seed = data seed = training seed), whose runs it shares: a run whose training seed equals its data seed is
+#: that study's run. Keys: the variant's label after the method's name.
+NOISE = {"": None, " + LH": "LH", " + LH shared": "LH shared"}
 STRENGTH_SEEDS = [0, 1, 2]
 
 
-def noise_runs(data_seeds: list[int], train_seeds: list[int]) -> list[tuple]:
-    """Every (setting, variant, data seed, training seed) of the noise study, training seed by training seed."""
-    return [(s, v, d, t) for s in SETTINGS for d in data_seeds for t in train_seeds for v in NOISE.values()]
+def noise_runs(data_seeds: list[int], train_seeds: list[int], methods: list[str] | None = None) -> list[tuple]:
+    """Every (setting, variant, data seed, training seed, method) of the noise study, training seed by training
+    seed."""
+    return [
+        (s, v, d, t, m)
+        for m in methods or ["FedAvg"]
+        for s in SETTINGS
+        for d in data_seeds
+        for t in train_seeds
+        for v in NOISE.values()
+    ]
 
 
-def noise_run(setting: str, variant: str | None, data_seed: int, train_seed: int) -> Path:
+def noise_run(setting: str, variant: str | None, data_seed: int, train_seed: int, method: str = "FedAvg") -> Path:
     if train_seed == data_seed:
-        return strength_run(setting, "FedAvg", variant, data_seed)
-    label = "FedAvg" if variant is None else f"FedAvg + {variant}"
-    overlay = [] if variant is None else [LEVELS["LH"]]
+        return strength_run(setting, method, variant, data_seed)
+    label = method if variant is None else f"{method} + {variant}"
+    overlay = [*METHODS[method], *([] if variant is None else [LEVELS["LH"]])]
     return run(
         "noise", setting, label, overlay, data_seed, step_args=STRENGTH.get(variant or ""), train_seed=train_seed
     )
 
 
-def noise(data_seeds: list[int], train_seeds: list[int]) -> str:
-    from flsuite.compare import paired_difference
-
+def noise(data_seeds: list[int], train_seeds: list[int], methods: list[str] | None = None) -> str:
     out = []
     for setting in SETTINGS:
-        acc = {
-            (label, d, t): last_acc(noise_run(setting, v, d, t))
-            for label, v in NOISE.items()
-            for d in data_seeds
-            for t in train_seeds
-        }
-        seeded = {
-            label: [last_acc(strength_run(setting, "FedAvg", v, s)) for s in STRENGTH_SEEDS]
-            for label, v in NOISE.items()
-        }
-        strength_seeds = ", ".join(map(str, STRENGTH_SEEDS))
-        per_data = " | ".join(f"data seed {d}: {len(train_seeds)} training seeds" for d in data_seeds)
-        out += [
-            f"### {setting.replace('dir', 'Dir(')})",
-            "",
-            f"| variant | {per_data} | training-noise SD | strength table: seeds {strength_seeds} |",
-            "|---|" + "---|" * len(data_seeds) + "---|---|",
-        ]
-        for label in NOISE:
-            cells = [mean_std([acc[(label, d, t)] for t in train_seeds]) for d in data_seeds]
-            within = [
-                acc[(label, d, t)] - sum(acc[(label, d, u)] for u in train_seeds) / len(train_seeds)
-                for d in data_seeds
-                for t in train_seeds
-            ]
-            sd = math.sqrt(sum(w * w for w in within) / (len(within) - len(data_seeds)))
-            out.append(f"| {label} | {' | '.join(cells)} | {sd:.2f} | {mean_std(seeded[label])} |")
-        out += [
-            "",
-            "| pair | mean | SE | 95 % interval | per run | A above B | verdict | strength table: per seed |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        keys = [(d, t) for d in data_seeds for t in train_seeds]
-        for label in list(NOISE)[1:]:
-            diff = paired_difference({k: acc[(label, *k)] for k in keys}, {k: acc[("FedAvg", *k)] for k in keys})
-            mean, se, interval, verdict = diff.cells()
-            wins = sum(v > 0 for v in diff.diffs)
-            seeded_diff = " / ".join(f"{a - b:+.2f}" for a, b in zip(seeded[label], seeded["FedAvg"]))
-            per_run = ", ".join(f"{v:+.2f}" for v in diff.diffs)
-            out.append(
-                f"| {label} − FedAvg | {mean} | {se} | {interval} | {per_run} | {wins} of {diff.n} | {verdict} "
-                f"| {seeded_diff} |"
-            )
-        out.append("")
+        out += [f"### {setting.replace('dir', 'Dir(')})", ""]
+        for method in methods or ["FedAvg"]:
+            out += noise_tables(setting, method, data_seeds, train_seeds)
     out.append(
         "Test accuracy of the global model, last 10 of 60 rounds. Data seed: the clients (partition, subsets, test "
         "split); training seed: initialisation, client sampling, batch order (flsuite.seeding). Cells: mean ± SD "
@@ -364,6 +331,55 @@ def noise(data_seeds: list[int], train_seeds: list[int]) -> str:
         "training seed equals its data seed is the strength study's run of that seed (runs/fedegg/strength)."
     )
     return "\n".join(out)
+
+
+def noise_tables(setting: str, method: str, data_seeds: list[int], train_seeds: list[int]) -> list[str]:
+    """The noise study's two tables for one method in one setting: the variants per data seed with the pooled
+    training-noise SD, and each variant's paired difference against the method alone."""
+    from flsuite.compare import paired_difference
+
+    labels = {f"{method}{suffix}": v for suffix, v in NOISE.items()}
+    acc = {
+        (label, d, t): last_acc(noise_run(setting, v, d, t, method))
+        for label, v in labels.items()
+        for d in data_seeds
+        for t in train_seeds
+    }
+    seeded = {
+        label: [last_acc(strength_run(setting, method, v, s)) for s in STRENGTH_SEEDS] for label, v in labels.items()
+    }
+    strength_seeds = ", ".join(map(str, STRENGTH_SEEDS))
+    per_data = " | ".join(f"data seed {d}: {len(train_seeds)} training seeds" for d in data_seeds)
+    out = [
+        f"| variant | {per_data} | training-noise SD | strength table: seeds {strength_seeds} |",
+        "|---|" + "---|" * len(data_seeds) + "---|---|",
+    ]
+    for label in labels:
+        cells = [mean_std([acc[(label, d, t)] for t in train_seeds]) for d in data_seeds]
+        within = [
+            acc[(label, d, t)] - sum(acc[(label, d, u)] for u in train_seeds) / len(train_seeds)
+            for d in data_seeds
+            for t in train_seeds
+        ]
+        sd = math.sqrt(sum(w * w for w in within) / (len(within) - len(data_seeds)))
+        out.append(f"| {label} | {' | '.join(cells)} | {sd:.2f} | {mean_std(seeded[label])} |")
+    out += [
+        "",
+        "| pair | mean | SE | 95 % interval | per run | A above B | verdict | strength table: per seed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keys = [(d, t) for d in data_seeds for t in train_seeds]
+    for label in list(labels)[1:]:
+        diff = paired_difference({k: acc[(label, *k)] for k in keys}, {k: acc[(method, *k)] for k in keys})
+        mean, se, interval, verdict = diff.cells()
+        wins = sum(v > 0 for v in diff.diffs)
+        seeded_diff = " / ".join(f"{a - b:+.2f}" for a, b in zip(seeded[label], seeded[method]))
+        per_run = ", ".join(f"{v:+.2f}" for v in diff.diffs)
+        out.append(
+            f"| {label} − {method} | {mean} | {se} | {interval} | {per_run} | {wins} of {diff.n} | {verdict} "
+            f"| {seeded_diff} |"
+        )
+    return [*out, ""]
 
 
 def levels(seeds: list[int]) -> str:
@@ -440,15 +456,20 @@ def main() -> None:
     p.add_argument("--study", choices=["table", "levels", "tau", "convergence", "strength", "noise"], required=True)
     p.add_argument("--part", default=None, help="N/M: run only the N-th of M slices of the study's runs (no table)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), help="strength: only these rows (default: all)")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        help="strength: only these rows (default: all); noise: these (FedAvg)",
+    )
     p.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs go (default {RUNS})")
     p.add_argument("--train_seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="noise: training seeds")
     p.add_argument("--taus", type=float, nargs="+", default=[-3.0, -2.0, -1.0, 0.0, 1.0])
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     globals()["RUNS"] = args.runs  # every run() of this process writes under it
-    if args.methods and args.study != "strength":
-        p.error("--methods is for --study strength")
+    if args.methods and args.study not in ("strength", "noise"):
+        p.error("--methods is for --study strength or noise")
     if args.part:
         if args.study not in ("strength", "noise"):
             p.error("--part is for --study strength or noise")
@@ -457,7 +478,7 @@ def main() -> None:
             for item in strength_runs(args.seeds, args.methods)[n - 1 :: m]:
                 strength_run(*item)
         else:
-            for item in noise_runs(args.seeds, args.train_seeds)[n - 1 :: m]:
+            for item in noise_runs(args.seeds, args.train_seeds, args.methods)[n - 1 :: m]:
                 noise_run(*item)
         return
     if args.out is None:
@@ -470,7 +491,7 @@ def main() -> None:
         "levels": levels,
         "tau": lambda s: tau_sweep(s, args.taus),
         "strength": lambda s: strength(s, args.methods),
-        "noise": lambda s: noise(s, args.train_seeds),
+        "noise": lambda s: noise(s, args.train_seeds, args.methods),
     }[args.study](args.seeds)
     taus = f" --taus {' '.join(map(str, args.taus))}" if args.study == "tau" else ""
     if args.study == "noise":

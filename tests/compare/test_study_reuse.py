@@ -216,3 +216,12 @@ def test_fedegg_noise_study_fixes_the_data_seed_varies_the_training_seed_and_sha
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     assert differing == {"data_seed", "train_seed", "run_dir"}
     assert made[plain].get("server_steps") in (None, [])
+    # another method (--methods FedNova): its own runs, its config the method's overlay on the same seeds
+    nova = fedegg.noise_run("dir10", "LH", 1, 3, "FedNova")
+    assert nova == tmp_path / "runs" / "noise" / "dir10" / "FedNova_LH" / "data1_train3"
+    assert fedegg.noise_run("dir10", "LH", 1, 1, "FedNova") == fedegg.strength_run("dir10", "FedNova", "LH", 1)
+    made = dict(runs)
+    assert made[nova]["method"]["class_path"].endswith("FedNova") and made[nova]["train_seed"] == 3
+    assert fedegg.noise_runs([1], [3], ["FedNova"]) == [
+        (setting, variant, 1, 3, "FedNova") for setting in fedegg.SETTINGS for variant in fedegg.NOISE.values()
+    ]
