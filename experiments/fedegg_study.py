@@ -382,18 +382,40 @@ def noise_tables(setting: str, method: str, data_seeds: list[int], train_seeds: 
     return [*out, ""]
 
 
+def against_fedavg(accs: list[float], plain: list[float]) -> str:
+    """The paired change against FedAvg's runs of the same seeds: per seed, then mean ± SE [95 % interval] and the
+    verdict (flsuite.compare.PairedDifference)."""
+    from flsuite.compare import PairedDifference
+
+    deltas = [a - p for a, p in zip(accs, plain)]
+    diff = PairedDifference(tuple(deltas))
+    mean, se, interval, verdict = diff.cells()
+    return f"{per_seed(deltas, '+.2f')} | " + (f"{mean} ± {se} {interval}, {verdict}" if diff.n > 1 else verdict)
+
+
+PAIRED_NOTE = (
+    "Δ vs FedAvg: the run minus FedAvg's run of the same seed (same clients, initialisation and sampling), per seed, "
+    "then mean ± SE (SD of the per-seed Δ / √seeds) and 95 % interval (Student's t, "
+    "flsuite.compare.paired_difference); resolved = the interval excludes 0."
+)
+
+
 def levels(seeds: list[int]) -> str:
-    lines = ["| variant | test acc (last 10) | τ (Eq. 3) | rounds guided |", "|---|---|---|---|"]
+    lines = [
+        "| variant | test acc (last 10) | τ (Eq. 3) | rounds guided | Δ vs FedAvg per seed | Δ: mean ± SE [95 %] |",
+        "|---|---|---|---|---|---|",
+    ]
     plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
-    lines.append(f"| FedAvg | {mean_std(plain)} | – | – |")
+    lines.append(f"| FedAvg | {mean_std(plain)} | – | – | – | – |")
     for level, overlay in LEVELS.items():
         dirs = [run("table" if level == "LH" else "levels", "dir0.1", f"FedAvg + {level}", [overlay], s) for s in seeds]
         logs = [fedegg_log(d) for d in dirs]
+        accs = [last_acc(d) for d in dirs]
         lines.append(
-            f"| FedAvg + FedEGG-{level} | {mean_std([last_acc(d) for d in dirs])} | {mean_std([t for t, _ in logs])} | "
-            f"{mean_std([float(g) for _, g in logs])} |"
+            f"| FedAvg + FedEGG-{level} | {mean_std(accs)} | {mean_std([t for t, _ in logs])} | "
+            f"{mean_std([float(g) for _, g in logs])} | {against_fedavg(accs, plain)} |"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", PAIRED_NOTE])
 
 
 def tau_sweep(seeds: list[int], taus: list[float]) -> str:
@@ -401,11 +423,11 @@ def tau_sweep(seeds: list[int], taus: list[float]) -> str:
     lines = [
         f"Eq. 3's τ (LH, Dir(0.1)): {mean_std(eq3)}",
         "",
-        "| τ | test acc (last 10) | rounds guided |",
-        "|---|---|---|",
+        "| τ | test acc (last 10) | rounds guided | Δ vs FedAvg per seed | Δ: mean ± SE [95 %] |",
+        "|---|---|---|---|---|",
     ]
     plain = [last_acc(run("table", "dir0.1", "FedAvg", [], s)) for s in seeds]
-    lines.append(f"| −∞ (FedAvg) | {mean_std(plain)} | 0 |")
+    lines.append(f"| −∞ (FedAvg) | {mean_std(plain)} | 0 | – | – |")
     points = sorted([(t, False) for t in taus] + [(sum(eq3) / len(eq3), True)])
     for tau, is_eq3 in points:
         if is_eq3:
@@ -413,9 +435,10 @@ def tau_sweep(seeds: list[int], taus: list[float]) -> str:
         else:
             dirs = [run("tau", "dir0.1", f"tau{tau:+.2f}", [LEVELS["LH"]], s, tau) for s in seeds]
         guided = [float(fedegg_log(d)[1]) for d in dirs]
+        accs = [last_acc(d) for d in dirs]
         mark = " **(Eq. 3)**" if is_eq3 else ""
-        lines.append(f"| {tau:+.2f}{mark} | {mean_std([last_acc(d) for d in dirs])} | {mean_std(guided)} |")
-    return "\n".join(lines)
+        lines.append(f"| {tau:+.2f}{mark} | {mean_std(accs)} | {mean_std(guided)} | {against_fedavg(accs, plain)} |")
+    return "\n".join([*lines, "", PAIRED_NOTE])
 
 
 def convergence(seeds: list[int], out: Path) -> None:
