@@ -225,3 +225,16 @@ def test_fedegg_noise_study_fixes_the_data_seed_varies_the_training_seed_and_sha
     assert fedegg.noise_runs([1], [3], ["FedNova"]) == [
         (setting, variant, 1, 3, "FedNova") for setting in fedegg.SETTINGS for variant in fedegg.NOISE.values()
     ]
+
+
+def test_fedegg_levels_and_tau_rows_pair_each_seed_with_fedavgs_run_of_that_seed():
+    """The levels/τ tables' paired cells (issue 38): per-seed Δ against FedAvg's run of the same seed, then mean ± SE
+    and the t interval; one seed gives no interval."""
+    fedegg = load_experiment("fedegg_study")
+    cells = fedegg.against_fedavg([75.0, 74.0, 77.0], [74.0, 74.0, 75.0])
+    # Δ = +1, 0, +2: mean +1.00, SD 1, SE 1/√3 = 0.58, t(0.975, 2) = 4.303 -> ±2.48
+    assert cells == "+1.00 / +0.00 / +2.00 | +1.00 ± 0.58 [-1.48, +3.48], not resolved"
+    assert fedegg.against_fedavg([75.0, 76.0, 77.5], [74.0, 74.8, 76.4]).endswith(
+        "+1.10 ± 0.06 [+0.85, +1.35], resolved"
+    )
+    assert fedegg.against_fedavg([75.0], [74.5]) == "+0.50 | not resolved (1 pair)"
