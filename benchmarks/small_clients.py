@@ -7,13 +7,13 @@ features are random, the labels are split the same way (flsuite.data.partition.D
 setting's uneven sizes) and one round's 20 clients are drawn once.
 
 Compared in the same process, alternated round by round (these machines are shared and noisy: only ratios matter):
-  flsuite  `run_client` for each of the 20 tasks (one lean `Trainer.fit` of a `LocalFit` per client, loop "lean"),
+  flsuite  `run_client` for each of the 20 tasks (loop "lean": `run_fit` of a `ClientFit`, no Trainer),
   plain    a hand-written torch loop over the SAME batches (`client_batches` with the task's seed), the same initial
            model (seeded build + global weights), torch.optim.SGD and F.cross_entropy, returning a CPU copy of the
            weights as a client would; its weights are checked equal to flsuite's.
 Then flsuite's time per fit is split (perf_counter around the functions `run_client` calls, in the real
-`run_client`): model build + weight load, the client module and batches, `make_trainer`, `Trainer.fit` without and
-with its training steps, result packing; `--profile` prints cProfile's top functions of the fits as well.
+`run_client`): model build + weight load, the client module and batches, `run_fit` without and with its training
+steps, result packing; `--profile` prints cProfile's top functions of the fits as well.
 
     python benchmarks/small_clients.py [--rounds 15] [--clients 20] [--profile]
 """
@@ -30,7 +30,6 @@ import time
 from collections import defaultdict
 from unittest import mock
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -40,7 +39,7 @@ from flsuite.data.base import ClientData, FederatedData, Split
 from flsuite.data.partition import Dirichlet
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.client import ClientEnvironment, run_client
-from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.local.loops import ClientFit
 from flsuite.federation.method import HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
@@ -114,9 +113,8 @@ class Parts(contextlib.ExitStack):
         self.wrap(ClientEnvironment, "build_model", "model build")
         self.wrap(client_module, "load_task_weights", "weight load")
         self.wrap(client_module, "client_batches", "client batches")
-        self.wrap(client_module, "make_trainer", "make_trainer")
-        self.wrap(L.Trainer, "fit", "Trainer.fit")
-        self.wrap(LocalFit, "training_step", "training steps")
+        self.wrap(client_module, "run_fit", "run_fit")
+        self.wrap(ClientFit, "train_epoch", "training steps")
         self.wrap(client_module, "client_result", "result packing")
         return self
 
@@ -175,8 +173,7 @@ def main() -> None:
         "model build": s["model build"],
         "weight load": s["weight load"],
         "client batches": s["client batches"],
-        "make_trainer": s["make_trainer"],
-        "Trainer.fit beyond the steps": s["Trainer.fit"] - s["training steps"],
+        "run_fit beyond the steps": s["run_fit"] - s["training steps"],
         "training steps": s["training steps"],
         "result packing": s["result packing"],
     }

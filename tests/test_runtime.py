@@ -189,7 +189,7 @@ def test_study_with_two_workers_gives_each_run_one_thread(tmp_path, monkeypatch)
 
 
 # ---- the frozen-feature hot path: faster, and the same numbers ----------------------------------------------------
-def _tiny_client_env(samples: int = 70, epochs: int = 3):
+def _tiny_client_env(samples: int = 70, epochs: int = 3, loop: str = "auto"):
     from flsuite.data.base import ClientData, FederatedData, Split
     from flsuite.federation.local.client import ClientEnvironment
     from flsuite.federation.method import HyperParameters
@@ -201,7 +201,11 @@ def _tiny_client_env(samples: int = 70, epochs: int = 3):
     split = Split(torch.randn(samples, 12, generator=g), torch.randint(0, 4, (samples,), generator=g))
     fed = FederatedData([ClientData(0, "d", split)], {"d": split}, num_classes=4)
     return ClientEnvironment(
-        fed, Linear(), HyperParameters(FedAvg()), LocalTraining(epochs=epochs, batch_size=16, lr=0.05), seed=0
+        fed,
+        Linear(),
+        HyperParameters(FedAvg()),
+        LocalTraining(epochs=epochs, batch_size=16, lr=0.05, loop=loop),
+        seed=0,
     )
 
 
@@ -275,7 +279,8 @@ def test_client_fit_equals_a_hand_written_loop_bit_for_bit():
 
 def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_factories(monkeypatch):
     """Lightning scans the installed distributions for external-callback entry points in every Trainer; client fits
-    do it once per process, and every Trainer still loads and calls what the scan found."""
+    through a Trainer (the standard loop; on the CPU the lean and compiled loops build none) do it once per process,
+    and every Trainer still loads and calls what the scan found."""
     import lightning.fabric.utilities.registry as registry
 
     from flsuite.federation.local.client import run_client
@@ -294,7 +299,7 @@ def test_client_trainers_look_up_callback_entry_points_once_and_still_call_the_f
         return [EntryPoint()]
 
     monkeypatch.setattr(registry, "entry_points", scan)
-    env = _tiny_client_env(epochs=1)
+    env = _tiny_client_env(epochs=1, loop="standard")
     weights = env.build_model().state_dict()
     for k in range(3):
         run_client(env, ClientTask(1, 0, k, weights))

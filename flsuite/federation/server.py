@@ -14,6 +14,7 @@ commits a round only when every part of it has finished.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -26,7 +27,7 @@ from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.client import make_trainer
-from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.local.loops import ClientFit, LocalFit, run_fit, runs_without_a_trainer
 from flsuite.federation.method import ClientModule, NoSettings
 from flsuite.federation.query import ClientQuery, QueryOutcome
 from flsuite.federation.server_context import ServerContext
@@ -76,11 +77,16 @@ class RoundServer:
 
     def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> FitStatistics:
         """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' lean loop
-        over `batches`, as `fit` (seeded from `purpose`). Returns the fit's statistics (`mean_loss`, `num_steps`)."""
+        over `batches` (on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose` as `fit`.
+        Returns the fit's statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
-        fit = LocalFit(client)
-        self.fit(fit, batches, purpose=purpose)
-        return fit.statistics
+        if not runs_without_a_trainer(dataclasses.replace(local, accelerator=self.accelerator, precision="32-true")):
+            fit = LocalFit(client)
+            self.fit(fit, batches, purpose=purpose)
+            return fit.statistics
+        torch.manual_seed(self.seed_for(purpose))  # as `fit`
+        with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
+            return run_fit(ClientFit(client), batches, batches.epochs, on_epoch_end=None if bar.disable else bar.update)
 
     def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
         """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream

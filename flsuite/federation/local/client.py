@@ -1,4 +1,5 @@
-"""Running one client's local training: one `Trainer.fit` of a `LocalFit` over the method's `ClientModule`."""
+"""Running one client's local training over the method's `ClientModule`: the lean and compiled loops on the CPU by
+`run_fit` (no Trainer), else one `Trainer.fit` of a `LocalFit`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from flsuite.data.base import FederatedData
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.choice import outside_a_run
-from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.local.loops import ClientFit, LocalFit, run_fit, runs_without_a_trainer
 from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.transport import Transport
@@ -127,16 +128,20 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     Randomness (model-internal, e.g. dropout, the batch order and augmentation) comes from streams derived from the
     task's seed, so the result does not depend on which worker runs it or in which order.
     """
-    _scan_callback_entry_points_once()
     split, local = env.data.clients[task.client_id].train, outside_a_run(env.local)
     torch.manual_seed(task.seed)
     model = env.build_model()
     load_task_weights(model, task, env.method.transport)
     client = env.method.client_module(model=model, method=env.method.settings, local=local, task=task)
     batches, epochs = client_batches(split, local, task.seed)
-    fit = LocalFit(client)
-    make_trainer(local, max_epochs=epochs).fit(fit, train_dataloaders=batches)
-    return client_result(client, fit.statistics, env.method.transport, num_samples=len(split))
+    if runs_without_a_trainer(local):
+        statistics = run_fit(ClientFit(client), batches, epochs)
+    else:
+        fit = LocalFit(client)
+        _scan_callback_entry_points_once()
+        make_trainer(local, max_epochs=epochs).fit(fit, train_dataloaders=batches)
+        statistics = fit.statistics
+    return client_result(client, statistics, env.method.transport, num_samples=len(split))
 
 
 def load_task_weights(model: nn.Module, task: ClientTask, transport: Transport) -> None:

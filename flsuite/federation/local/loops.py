@@ -1,21 +1,23 @@
-"""The local loops: `LocalFit` is the `LightningModule` of one client fit, calling the client's hooks
-(`flsuite.federation.method.ClientModule`) under `local.loop` (each first calls the client's `probe` once, on the
-fit's first batch, isolated from the training: `flsuite.federation.local.steps.probe`):
+"""The local loops: `ClientFit` is one client fit, calling the client's hooks (`flsuite.federation.method.ClientModule`)
+under `local.loop` (each first calls the client's `probe` once, on the fit's first batch, isolated from the training:
+`flsuite.federation.local.steps.probe`); `run_fit` runs it on the CPU without a Trainer, `LocalFit` through Lightning:
 
-- lean (manual optimisation): Lightning calls `training_step` once per local epoch with that epoch's pre-sliced
-  batches (`flsuite.data.base.EpochBatches`); per batch `clear grads → local_loss → backward → + gradient_offset →
-  before_optimizer_step → step → after_optimizer_step`, with the raw torch optimiser and `loss.backward()` (no
-  per-batch Lightning wrapper work; correct because client Trainers run on one device in 32-bit precision) and
+- lean (manual optimisation): one training step per local epoch with that epoch's pre-sliced batches
+  (`flsuite.data.base.EpochBatches`); per batch `clear grads → local_loss → backward → + gradient_offset →
+  before_optimizer_step → step → after_optimizer_step`, with the raw torch optimiser and `loss.backward()` and
   torch.optim's step without its wrapper where the result is the same to the bit (`flsuite.federation.local.sgd`);
+  on the CPU by `run_fit`, which calls what `Trainer.fit` would in its order, without its per-fit set-up (~3 ms,
+  most of a small client's fit: docs/performance.md, "Small clients");
 - compiled: the lean loop with an epoch's full batches run as compiled calls (`flsuite.federation.local.compiled`);
-- standard: Lightning's per-batch automatic optimisation (mixed precision, gradient scaling), the hooks from
-  `on_before_optimizer_step` and `on_train_batch_end`; the same batches, loss and step count as the lean loop.
+- standard: Lightning's per-batch automatic optimisation (mixed precision, gradient scaling) through `LocalFit`, the
+  hooks from `on_before_optimizer_step` and `on_train_batch_end`; the same batches, loss and step count as the lean
+  loop. `LocalFit` also runs the lean and compiled loops on another accelerator (the Trainer moves the model).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import lightning as L
@@ -32,43 +34,41 @@ from flsuite.federation.local.steps import (
     probe,
 )
 from flsuite.federation.method import ClientModule
+from flsuite.federation.task import LocalTraining
 
 
-class LocalFit(L.LightningModule):
-    """One client's local training in one round, run by `Trainer.fit` (see the module docstring). It counts the
-    fit's losses and steps in `statistics` and hands them to the client's hooks that run after the fit."""
+class ClientFit:
+    """One client's local training in one round (see the module docstring): the loops' work, run without a Trainer by
+    `run_fit` (lean and compiled loops on the CPU) or through Lightning by `LocalFit`. It counts the fit's losses and
+    steps in `statistics` and hands them to the client's hooks that run after the fit."""
 
     def __init__(self, client: ClientModule) -> None:
-        super().__init__()
         self.client = client
         self.statistics = FitStatistics()
-        self.automatic_optimization = client.local.loop == "standard"
         self._compiled_steps: CompiledSteps | None = None
         self._probed = False  # `ClientModule.probe` runs once per fit, on its first batch
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
+    def make_optimizer(self) -> torch.optim.Optimizer:
         return self.client.local.make_optimizer(self.client.model.parameters(), round=self.client.task.round)
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # an epoch's list of batches; each batch is moved in training_step
-
-    def on_fit_start(self) -> None:
-        self.client.device, self.client.epochs = self.device, int(self.trainer.max_epochs or 1)
+    def begin(self, device: torch.device, epochs: int) -> None:
+        self.client.device, self.client.epochs = device, epochs
         self.client.begin()
 
-    def on_train_epoch_start(self) -> None:
-        self.client.epoch = self.current_epoch
+    def start_epoch(self, epoch: int) -> None:
+        self.client.epoch = epoch
 
-    def on_fit_end(self) -> None:
+    def end(self) -> None:
         self.client.end(self.statistics)
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
-        """The lean and compiled loops: `batch` is an epoch's list of batches; the standard loop: one batch."""
-        if self.automatic_optimization:  # local.loop: standard, one batch per step
-            return self.standard_training_step(batch, batch_idx)
-        epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]] = batch
+    def train_epoch(
+        self,
+        epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+    ) -> None:
+        """The lean and compiled loops: one epoch's batches, stepped with the torch optimiser itself."""
         client, fit = self.client, self.statistics
-        optimizer = self.trainer.optimizers[0]  # the torch optimiser itself, stepped without Lightning's wrapper
         compiled = client.local.loop == "compiled"
         clear_grads, step = grad_clearer(optimizer), optimizer_step(optimizer, fused=compiled)
         offsets = gradient_offset_pairs(client)
@@ -83,9 +83,8 @@ class LocalFit(L.LightningModule):
             fit.num_steps += 1
             return loss.detach()
 
-        device = self.device
         if not self._probed and epoch_batches:
-            self._probe(*epoch_batches[0])
+            self.probe(*epoch_batches[0], device)
         if compiled:
             if self._compiled_steps is None:
                 self._compiled_steps = CompiledSteps(client, fit, optimizer)
@@ -103,25 +102,94 @@ class LocalFit(L.LightningModule):
             losses is not None
         ):  # float64 running sum, in step order (cumsum is sequential on the CPU: the same bits as adding each)
             fit.add_loss(losses.double().cumsum(0)[-1].cpu())
-        return None
 
-    def _probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def probe(self, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> None:
         """The client's `probe` on the fit's first batch, before its first step (every loop; isolated:
         `steps.probe`)."""
         self._probed = True
-        probe(self.client, x.to(self.device), y.to(self.device))
+        probe(self.client, x.to(device), y.to(device))
 
-    def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
-        returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
+    def standard_step(self, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> torch.Tensor:
+        """One batch of the standard loop: the loss Lightning backpropagates and steps on."""
         fit = self.statistics
-        x, y = batch[0].to(self.device, non_blocking=True), batch[1].to(self.device, non_blocking=True)
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
         if not self._probed:
-            self._probe(x, y)
+            self.probe(x, y, device)
         loss = batch_loss(self.client, fit, x, y)
         fit.add_loss(loss.detach())  # on the loss's device: no sync per step
         fit.num_steps += 1
         return loss
+
+
+def runs_without_a_trainer(local: LocalTraining) -> bool:
+    """Whether a fit under `local` takes `run_fit`: the lean and compiled loops (32-bit) on the CPU, where Lightning's
+    Trainer adds nothing but its set-up; it still runs the standard loop (automatic optimisation, mixed precision)
+    and moves the model to another accelerator."""
+    return local.loop != "standard" and local.accelerator == "cpu" and local.precision == "32-true"
+
+
+def run_fit(
+    fit: ClientFit, batches: Iterable, epochs: int, on_epoch_end: Callable[[], object] | None = None
+) -> FitStatistics:
+    """The lean or compiled loop on the CPU without a Trainer: what `Trainer.fit` of `LocalFit` calls, in its order
+    (the optimiser, `begin`, then per epoch `start_epoch` and one training step per item of a fresh iteration of
+    `batches`, one item per epoch, then `end`), without its per-fit set-up (docs/performance.md, "Small clients").
+    The same results to the bit (tests/federation/local/test_run_fit.py)."""
+    optimizer = fit.make_optimizer()
+    device = torch.device("cpu")
+    with torch.enable_grad():  # as Lightning's fit loop trains, whatever the caller's grad mode
+        fit.begin(device, epochs)
+        for epoch in range(epochs):
+            fit.start_epoch(epoch)
+            for epoch_batches in batches:
+                fit.train_epoch(epoch_batches, optimizer, device)
+            if on_epoch_end is not None:
+                on_epoch_end()
+        fit.end()
+    return fit.statistics
+
+
+class LocalFit(L.LightningModule):
+    """A `ClientFit` run by `Trainer.fit`: the standard loop (Lightning's automatic optimisation) and the lean and
+    compiled loops on an accelerator other than the CPU."""
+
+    def __init__(self, client: ClientModule) -> None:
+        super().__init__()
+        self.client = client
+        self.work = ClientFit(client)
+        self.automatic_optimization = client.local.loop == "standard"
+
+    @property
+    def statistics(self) -> FitStatistics:
+        return self.work.statistics
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.work.make_optimizer()
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # an epoch's list of batches; each batch is moved in training_step
+
+    def on_fit_start(self) -> None:
+        self.work.begin(self.device, int(self.trainer.max_epochs or 1))
+
+    def on_train_epoch_start(self) -> None:
+        self.work.start_epoch(self.current_epoch)
+
+    def on_fit_end(self) -> None:
+        self.work.end()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        """The lean and compiled loops: `batch` is an epoch's list of batches; the standard loop: one batch."""
+        if self.automatic_optimization:  # local.loop: standard, one batch per step
+            return self.standard_training_step(batch, batch_idx)
+        # the torch optimiser itself, stepped without Lightning's wrapper
+        self.work.train_epoch(batch, self.trainer.optimizers[0], self.device)
+        return None
+
+    def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
+        returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
+        return self.work.standard_step(batch, self.device)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.automatic_optimization:  # the lean loop calls the hooks itself (gradients already unscaled here)
