@@ -53,7 +53,7 @@ PHASES: dict[str, list[str]] = {
     "setup stages": ["flsuite.federation.run:Federation._setup"],
     "client fits": ["<subclasses of flsuite.federation.executors:Executor.run>"],
     "client queries": ["<subclasses of flsuite.federation.executors:Executor.query>"],
-    "server fits (Lightning)": [
+    "server fits": [  # `train` without a Trainer on the CPU (run_fit), `fit` through Lightning
         # the engine's ServerContext; wrapping the protocol's own methods (flsuite.federation.server_context) times
         # nothing: they are stubs no call reaches
         "flsuite.federation.server:RoundServer.train",
