@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from flsuite.data.base import ClientData, EpochBatches, FederatedData, Split
-from flsuite.federation.local.client import ClientEnvironment, _quiet_lightning, make_trainer, run_client
+from flsuite.federation.local.client import ClientEnvironment, run_client
+from flsuite.federation.local.trainer import _quiet_lightning, make_trainer
 from flsuite.federation.task import ClientTask, LocalTraining
 from flsuite.methods.fedavg import FedAvg
 from flsuite.models.heads import Linear

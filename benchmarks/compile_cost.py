@@ -19,7 +19,7 @@ from cpu_policy import client_env, flsuite_round, synthetic_federation
 
 
 def main() -> None:
-    from flsuite.federation.local.client import _quiet_lightning
+    from flsuite.federation.local.trainer import _quiet_lightning
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loop", choices=["compiled", "lean"], default="compiled")

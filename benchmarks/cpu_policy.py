@@ -75,7 +75,7 @@ def flsuite_round(env, weights) -> list:
 # ---- part 1: one round in a fresh process under the thread policy ---------------------------------------------
 def timed_round(clients: int, samples: int) -> dict:
     """Child process: apply the policy (as `flsuite fit` does), warm up on a tiny fit, time one full round."""
-    from flsuite.federation.local.client import _quiet_lightning
+    from flsuite.federation.local.trainer import _quiet_lightning
     from flsuite.runtime import ThreadPolicy
 
     _quiet_lightning()
@@ -240,7 +240,7 @@ def closed_form_loop(env, weights) -> list[dict]:
 
 
 def fedavg_part(args) -> None:
-    from flsuite.federation.local.client import _quiet_lightning
+    from flsuite.federation.local.trainer import _quiet_lightning
     from flsuite.runtime import ThreadPolicy
 
     _quiet_lightning()

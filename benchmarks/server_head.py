@@ -22,7 +22,7 @@ import time
 import torch
 
 from flsuite.data.base import EpochBatches, Split
-from flsuite.federation.local.client import _quiet_lightning
+from flsuite.federation.local.trainer import _quiet_lightning
 from flsuite.federation.server import RoundServer
 from flsuite.federation.task import LocalTraining
 from flsuite.models.heads import Linear

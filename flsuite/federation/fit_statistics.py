@@ -9,7 +9,7 @@ import torch
 
 @dataclass
 class FitStatistics:
-    """What the loop counts in one fit (`flsuite.federation.local.loops.LocalFit`), handed to the hooks that run
+    """What the loop counts in one fit (`flsuite.federation.local.loops.ClientFit`), handed to the hooks that run
     after it (`end`, `upload`, `next_state`, `metrics`) and to the result: float64 sums, on the fit's device (no sync
     per step), of the mini-batch losses and of the reported `ClientModule.TASK_LOSS` (None: none reported), and the
     optimiser steps taken."""

@@ -17,17 +17,15 @@ import abc
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import lightning as L
 import torch
 from torch import nn
 
 from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
 from flsuite.federation.fit_statistics import FitStatistics
-from flsuite.federation.local.client import make_trainer
-from flsuite.federation.local.loops import ClientFit, LocalFit, run_fit, runs_without_a_trainer
+from flsuite.federation.local.loops import ClientFit, run_fit, runs_without_a_trainer
 from flsuite.federation.method import ClientModule, NoSettings
 from flsuite.federation.query import ClientQuery, QueryOutcome
 from flsuite.federation.server_context import ServerContext
@@ -42,6 +40,9 @@ from flsuite.federation.task import (
 from flsuite.federation.weights import clone_weights
 from flsuite.models.heads import ModelSpec
 from flsuite.seeding import Seeds, derive_seed, torch_generator
+
+if TYPE_CHECKING:
+    import lightning as L
 
 __all__ = ["PublicData", "RoundServer", "ServerFinetune", "ServerStep", "StepRun", "run_server_steps"]
 
@@ -81,6 +82,8 @@ class RoundServer:
         Returns the fit's statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
         if not runs_without_a_trainer(dataclasses.replace(local, accelerator=self.accelerator, precision="32-true")):
+            from flsuite.federation.local.trainer import LocalFit
+
             fit = LocalFit(client)
             self.fit(fit, batches, purpose=purpose)
             return fit.statistics
@@ -92,22 +95,14 @@ class RoundServer:
         """One lean `Trainer.fit` of `module` over `batches`, with torch's global RNG seeded from the server stream
         (dropout and other model-internal randomness), so serial and Ray runs train identically. A bar over its
         epochs shows it when the run shows progress (a callback only then: the fit itself is the same)."""
+        from flsuite.federation.local.trainer import EpochTicks, make_trainer
+
         torch.manual_seed(self.seed_for(purpose))
         with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
-            callbacks: list[L.Callback] | None = None if bar.disable else [_EpochTicks(bar)]
+            callbacks: list[L.Callback] | None = None if bar.disable else [EpochTicks(bar)]
             make_trainer(
                 LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks
             ).fit(module, train_dataloaders=batches)
-
-
-class _EpochTicks(L.Callback):
-    """Moves a bar by one per finished epoch (the lean loop runs a whole epoch in one training step)."""
-
-    def __init__(self, bar: Any) -> None:
-        self.bar = bar
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.bar.update(1)
 
 
 @dataclass

@@ -9,15 +9,17 @@ server, so the methods' types need nothing of the engine above them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import lightning as L
 import torch
 from torch import nn
 
 from flsuite.data.base import EpochBatches
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.task import ClientResult, LocalTraining, Weights
+
+if TYPE_CHECKING:
+    import lightning as L
 
 
 class ServerContext(Protocol):

@@ -17,7 +17,7 @@ from flsuite.data.base import ClientData, DataSource, EpochBatches, FederatedDat
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.local.batches import IndexBatches, client_batches
-from flsuite.federation.local.loops import LocalFit
+from flsuite.federation.local.trainer import LocalFit
 from flsuite.federation.method import ClientModule
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg

@@ -3,14 +3,8 @@
 
 from __future__ import annotations
 
-import functools
-import logging
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import lightning as L
-import lightning.fabric.utilities.registry as lightning_registry
 import torch
 from torch import nn
 
@@ -18,7 +12,7 @@ from flsuite.data.base import FederatedData
 from flsuite.federation.fit_statistics import FitStatistics
 from flsuite.federation.local.batches import client_batches
 from flsuite.federation.local.choice import outside_a_run
-from flsuite.federation.local.loops import ClientFit, LocalFit, run_fit, runs_without_a_trainer
+from flsuite.federation.local.loops import ClientFit, run_fit, runs_without_a_trainer
 from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.transport import Transport
@@ -48,80 +42,6 @@ class ClientEnvironment:
         return step_flops(model, self.data.input_shape, self.local.batch_size)
 
 
-#: Lightning's loggers and the levels client fits set them to (no banners or per-fit hints).
-_QUIET_LEVELS = (
-    ("lightning.pytorch", logging.WARNING),
-    ("lightning.fabric", logging.WARNING),
-    ("lightning", logging.WARNING),
-    ("lightning.pytorch.utilities.rank_zero", logging.ERROR),
-    ("lightning.pytorch.accelerators.cuda", logging.ERROR),
-)
-#: Warnings ignored in client fits; the last is Lightning's pytree vs newer torch, once per fit.
-_QUIET_WARNINGS = (r".*does not have many workers.*", r".*GPU available but not used.*", r".*treespec, LeafSpec.*")
-#: The first entries of `warnings.filters` as `_quiet_lightning` last left them.
-_quiet_filters: list[object] | None = None
-
-
-def _quiet_lightning() -> None:
-    """Client fits are many and tiny: no banners ("GPU available…") or dataloader-worker hints per client. Set up by
-    `make_trainer`, so a server-side fit is as quiet when no client fit ran in its process (clients on Ray workers).
-
-    Called per fit, it only sets what is not already set: `Logger.setLevel` clears the level cache of every logger
-    of the process even when the level stays the same, and `warnings.filterwarnings` re-inserts its filter and
-    resets every module's warning registry; when `warnings.filters` already starts with this function's filters in
-    its order (nothing was put before them since), adding them again would leave the same list."""
-    global _quiet_filters
-    for name, level in _QUIET_LEVELS:
-        logger = logging.getLogger(name)
-        if logger.level != level:
-            logger.setLevel(level)
-    if _quiet_filters is None or list(warnings.filters[: len(_QUIET_WARNINGS)]) != _quiet_filters:
-        for message in _QUIET_WARNINGS:
-            warnings.filterwarnings("ignore", message=message)
-        _quiet_filters = list(warnings.filters[: len(_QUIET_WARNINGS)])
-
-
-_cached_entry_points: Callable[..., tuple] | None = None
-
-
-def _scan_callback_entry_points_once() -> None:
-    """Every `Trainer.__init__` scans every installed distribution's metadata for Lightning's external-callback entry
-    points, most of a tiny client fit's fixed cost (docs/performance.md); client fits build one Trainer each, so the
-    lookup's result is kept for the process (Lightning's registry module gets a cached `entry_points`). The factories
-    found are still loaded and called for every Trainer; a Lightning whose registry has no `entry_points` is left
-    alone. Not seen: a package installed into the environment while the process runs."""
-    global _cached_entry_points
-    current = getattr(lightning_registry, "entry_points", None)
-    if current is None or current is _cached_entry_points:
-        return
-
-    @functools.cache
-    def entry_points(**selection: str) -> tuple:
-        return tuple(current(**selection))
-
-    _cached_entry_points = entry_points
-    vars(lightning_registry)["entry_points"] = entry_points
-
-
-def make_trainer(local: LocalTraining, max_epochs: int, callbacks: list[L.Callback] | None = None) -> L.Trainer:
-    """A lean Trainer for one client fit: no logger, checkpointing, progress bar, model summary or sanity check."""
-    _quiet_lightning()
-    return L.Trainer(
-        max_epochs=max_epochs,
-        callbacks=callbacks,
-        accelerator=local.accelerator,
-        devices=1,
-        precision=local.precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        log_every_n_steps=1_000_000,
-    )
-
-
 def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     """Train client `task.client_id` from the global weights and return its result.
 
@@ -137,9 +57,10 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     if runs_without_a_trainer(local):
         statistics = run_fit(ClientFit(client), batches, epochs)
     else:
+        from flsuite.federation.local.trainer import LocalFit, fit_in_a_trainer
+
         fit = LocalFit(client)
-        _scan_callback_entry_points_once()
-        make_trainer(local, max_epochs=epochs).fit(fit, train_dataloaders=batches)
+        fit_in_a_trainer(fit, batches, local, epochs)
         statistics = fit.statistics
     return client_result(client, statistics, env.method.transport, num_samples=len(split))
 

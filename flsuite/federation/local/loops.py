@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
-import lightning as L
 import torch
 
 from flsuite.federation.fit_statistics import FitStatistics
@@ -147,55 +145,3 @@ def run_fit(
                 on_epoch_end()
         fit.end()
     return fit.statistics
-
-
-class LocalFit(L.LightningModule):
-    """A `ClientFit` run by `Trainer.fit`: the standard loop (Lightning's automatic optimisation) and the lean and
-    compiled loops on an accelerator other than the CPU."""
-
-    def __init__(self, client: ClientModule) -> None:
-        super().__init__()
-        self.client = client
-        self.work = ClientFit(client)
-        self.automatic_optimization = client.local.loop == "standard"
-
-    @property
-    def statistics(self) -> FitStatistics:
-        return self.work.statistics
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.work.make_optimizer()
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # an epoch's list of batches; each batch is moved in training_step
-
-    def on_fit_start(self) -> None:
-        self.work.begin(self.device, int(self.trainer.max_epochs or 1))
-
-    def on_train_epoch_start(self) -> None:
-        self.work.start_epoch(self.current_epoch)
-
-    def on_fit_end(self) -> None:
-        self.work.end()
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
-        """The lean and compiled loops: `batch` is an epoch's list of batches; the standard loop: one batch."""
-        if self.automatic_optimization:  # local.loop: standard, one batch per step
-            return self.standard_training_step(batch, batch_idx)
-        # the torch optimiser itself, stepped without Lightning's wrapper
-        self.work.train_epoch(batch, self.trainer.optimizers[0], self.device)
-        return None
-
-    def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
-        returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
-        return self.work.standard_step(batch, self.device)
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.automatic_optimization:  # the lean loop calls the hooks itself (gradients already unscaled here)
-            add_to_gradients(gradient_offset_pairs(self.client))
-            self.client.before_optimizer_step()
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.automatic_optimization:  # after Lightning's optimiser step (also when a GradScaler skipped it)
-            self.client.after_optimizer_step()

@@ -122,3 +122,33 @@ def test_the_servers_supervised_fit_equals_its_trainer_fit(monkeypatch):
     (direct, w_direct), (through, w_through) = train(), (through_the_trainer(monkeypatch), train())[1]
     assert (direct.num_steps, direct.mean_loss) == (through.num_steps, through.mean_loss) and direct.num_steps == 16
     assert all(torch.equal(w_direct[k], w_through[k]) for k in w_through)
+
+
+WORKER = """
+import sys
+import torch
+from flsuite.data.builtin import GaussianFeatures
+from flsuite.federation.local.client import ClientEnvironment, run_client
+from flsuite.federation.method import HyperParameters
+from flsuite.federation.ray_workers import ClientWorker  # what a Ray worker process imports
+from flsuite.federation.task import ClientTask, LocalTraining
+from flsuite.methods.fedavg import FedAvg
+from flsuite.models.heads import MLP
+data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=20).build(0)
+env = ClientEnvironment(data, MLP(hidden=(5,)), HyperParameters(FedAvg()), LocalTraining(epochs=2, batch_size=8), 0)
+result = run_client(env, ClientTask(1, 0, 3, env.build_model().state_dict()))
+print(result.num_steps, sorted(m for m in ("lightning", "torchmetrics") if m in sys.modules))
+"""
+
+
+def test_a_process_that_runs_lean_client_fits_imports_no_lightning():
+    """A Ray worker's module and a lean client fit on the CPU import neither Lightning nor torchmetrics (~1.5 s of a
+    worker's start here), so a worker, or any process that only trains clients, does not pay for them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", WORKER], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "6 []", done.stdout
