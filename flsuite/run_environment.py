@@ -43,7 +43,7 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
 
     import torch
 
-    try:  # read from its metadata: importing Lightning costs ~3.5 s, and a run on the lean loop never does
+    try:  # from its metadata: importing Lightning costs ~3 s beyond torch here, and a lean-loop process never does
         lightning_version = installed_version("lightning")
     except PackageNotFoundError:
         lightning_version = "not installed"

@@ -14,8 +14,8 @@ commits a round only when every part of it has finished.
 from __future__ import annotations
 
 import abc
-import dataclasses
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -81,14 +81,13 @@ class RoundServer:
         over `batches` (on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose` as `fit`.
         Returns the fit's statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
-        if not runs_without_a_trainer(dataclasses.replace(local, accelerator=self.accelerator, precision="32-true")):
+        if not runs_without_a_trainer(local.loop, self.accelerator):  # `fit`'s Trainer: 32-bit on `accelerator`
             from flsuite.federation.local.trainer import LocalFit
 
             fit = LocalFit(client)
             self.fit(fit, batches, purpose=purpose)
             return fit.statistics
-        torch.manual_seed(self.seed_for(purpose))  # as `fit`
-        with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
+        with self._seeded_bar(batches.epochs, purpose) as bar:
             return run_fit(ClientFit(client), batches, batches.epochs, on_epoch_end=None if bar.disable else bar.update)
 
     def fit(self, module: L.LightningModule, batches: EpochBatches, purpose: str) -> None:
@@ -97,12 +96,18 @@ class RoundServer:
         epochs shows it when the run shows progress (a callback only then: the fit itself is the same)."""
         from flsuite.federation.local.trainer import EpochTicks, make_trainer
 
-        torch.manual_seed(self.seed_for(purpose))
-        with progress.bar(batches.epochs, f"server {purpose}", "epoch") as bar:
+        with self._seeded_bar(batches.epochs, purpose) as bar:
             callbacks: list[L.Callback] | None = None if bar.disable else [EpochTicks(bar)]
             make_trainer(
                 LocalTraining(accelerator=self.accelerator), max_epochs=batches.epochs, callbacks=callbacks
             ).fit(module, train_dataloaders=batches)
+
+    @contextlib.contextmanager
+    def _seeded_bar(self, epochs: int, purpose: str) -> Iterator[Any]:
+        """A server fit's set-up: torch's global RNG seeded from the server stream of `purpose`, and its epoch bar."""
+        torch.manual_seed(self.seed_for(purpose))
+        with progress.bar(epochs, f"server {purpose}", "epoch") as bar:
+            yield bar
 
 
 @dataclass

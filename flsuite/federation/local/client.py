@@ -54,7 +54,7 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     load_task_weights(model, task, env.method.transport)
     client = env.method.client_module(model=model, method=env.method.settings, local=local, task=task)
     batches, epochs = client_batches(split, local, task.seed)
-    if runs_without_a_trainer(local):
+    if runs_without_a_trainer(local.loop, local.accelerator, local.precision):
         statistics = run_fit(ClientFit(client), batches, epochs)
     else:
         from flsuite.federation.local.trainer import LocalFit, fit_in_a_trainer

@@ -32,7 +32,6 @@ from flsuite.federation.local.steps import (
     probe,
 )
 from flsuite.federation.method import ClientModule
-from flsuite.federation.task import LocalTraining
 
 
 class ClientFit:
@@ -119,11 +118,11 @@ class ClientFit:
         return loss
 
 
-def runs_without_a_trainer(local: LocalTraining) -> bool:
-    """Whether a fit under `local` takes `run_fit`: the lean and compiled loops (32-bit) on the CPU, where Lightning's
-    Trainer adds nothing but its set-up; it still runs the standard loop (automatic optimisation, mixed precision)
-    and moves the model to another accelerator."""
-    return local.loop != "standard" and local.accelerator == "cpu" and local.precision == "32-true"
+def runs_without_a_trainer(loop: str, accelerator: str, precision: str = "32-true") -> bool:
+    """Whether a fit takes `run_fit`: the lean and compiled loops (32-bit) on the CPU, where Lightning's Trainer adds
+    nothing but its set-up; it still runs the standard loop (automatic optimisation, mixed precision) and moves the
+    model to another accelerator."""
+    return loop != "standard" and accelerator == "cpu" and precision == "32-true"
 
 
 def run_fit(

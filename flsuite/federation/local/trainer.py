@@ -2,7 +2,7 @@
 (the standard loop; the lean and compiled loops on an accelerator other than the CPU; the server's `fit` of its own
 Lightning modules), and the lean `Trainer` they run in. Imported only where a fit takes a Trainer: the lean and
 compiled loops on the CPU (`flsuite.federation.local.loops.run_fit`) and the processes that run only them (a Ray
-worker, a FedAvg run) do not import Lightning (~3.5 s a process)."""
+worker) import neither Lightning nor the torchmetrics it pulls in (a worker's imports: 3.2 s instead of 4.8 s here)."""
 
 from __future__ import annotations
 

@@ -72,8 +72,8 @@ def fits(local: LocalTraining) -> tuple[list, list[tuple]]:
 
 def through_the_trainer(monkeypatch) -> None:
     """Every fit through `Trainer.fit` of a `LocalFit`, as before `run_fit`."""
-    monkeypatch.setattr(client_module, "runs_without_a_trainer", lambda local: False)
-    monkeypatch.setattr(server_module, "runs_without_a_trainer", lambda local: False)
+    monkeypatch.setattr(client_module, "runs_without_a_trainer", lambda *settings: False)
+    monkeypatch.setattr(server_module, "runs_without_a_trainer", lambda *settings: False)
 
 
 @pytest.mark.parametrize("name", list(LOCALS))
@@ -108,7 +108,7 @@ def test_the_servers_supervised_fit_equals_its_trainer_fit(monkeypatch):
     dropout drawn from the server stream of `purpose`, as before)."""
     data = GaussianFeatures(dim=6, num_classes=3, num_domains=1, clients_per_domain=1, samples_per_client=60).build(0)
 
-    def train() -> tuple[FitStatistics, dict[str, torch.Tensor]]:
+    def train(global_seed: int = 0) -> tuple[FitStatistics, dict[str, torch.Tensor]]:
         torch.manual_seed(3)
         server = RoundServer(
             round=2, seed=5, results=[], num_clients=1, build_model=lambda: MLP(hidden=(4,), dropout=0.3).build((6,), 3)
@@ -116,10 +116,13 @@ def test_the_servers_supervised_fit_equals_its_trainer_fit(monkeypatch):
         model = server.build_model()
         batches = EpochBatches(data.clients[0].train, 16, torch_generator(0, purpose="t"), epochs=4)
         local = LocalTraining(batch_size=16, lr=0.05, momentum=0.9)
+        torch.manual_seed(global_seed)  # whatever the process's RNG holds, the fit's dropout is the server stream's
         stats = server.train(model, batches, local, purpose="head")
         return stats, model.state_dict()
 
-    (direct, w_direct), (through, w_through) = train(), (through_the_trainer(monkeypatch), train())[1]
+    (direct, w_direct), (moved, w_moved) = train(), train(global_seed=1)
+    assert direct.mean_loss == moved.mean_loss and all(torch.equal(w_direct[k], w_moved[k]) for k in w_direct)
+    (through, w_through) = (through_the_trainer(monkeypatch), train())[1]
     assert (direct.num_steps, direct.mean_loss) == (through.num_steps, through.mean_loss) and direct.num_steps == 16
     assert all(torch.equal(w_direct[k], w_through[k]) for k in w_through)
 
