@@ -233,7 +233,6 @@ def per_seed(values: list[float], fmt: str) -> str:
 
 
 def strength(seeds: list[int], methods: list[str] | None = None) -> str:
-    from flsuite.compare import PairedDifference
 
     names = methods or list(METHODS)
     order = " / ".join(str(s) for s in seeds)
@@ -266,9 +265,7 @@ def strength(seeds: list[int], methods: list[str] | None = None) -> str:
                     " / ".join(str(g) for g, _ in logs),
                     f"{sum(ratios) / len(ratios):.3f} ({per_seed(ratios, '.3f')})",
                 ]
-                diff = PairedDifference(tuple(deltas))
-                mean, se, interval, verdict = diff.cells()
-                intervals.append(f"{mean} ± {se} {interval}, {verdict}" if diff.n > 1 else f"{mean}, {verdict}")
+                intervals.append(interval_cell(deltas))
             table.append("| " + " | ".join(row) + " |")
             paired.append("| " + " | ".join(intervals) + " |")
         out += [*table, *paired, ""]
@@ -382,15 +379,20 @@ def noise_tables(setting: str, method: str, data_seeds: list[int], train_seeds: 
     return [*out, ""]
 
 
-def against_fedavg(accs: list[float], plain: list[float]) -> str:
-    """The paired change against FedAvg's runs of the same seeds: per seed, then mean ± SE [95 % interval] and the
-    verdict (flsuite.compare.PairedDifference)."""
+def interval_cell(deltas: list[float]) -> str:
+    """A paired Δ's cell: mean ± SE [95 % interval], verdict (flsuite.compare.PairedDifference); one pair: the mean
+    and its verdict."""
     from flsuite.compare import PairedDifference
 
-    deltas = [a - p for a, p in zip(accs, plain)]
     diff = PairedDifference(tuple(deltas))
     mean, se, interval, verdict = diff.cells()
-    return f"{per_seed(deltas, '+.2f')} | " + (f"{mean} ± {se} {interval}, {verdict}" if diff.n > 1 else verdict)
+    return f"{mean} ± {se} {interval}, {verdict}" if diff.n > 1 else f"{mean}, {verdict}"
+
+
+def against_fedavg(accs: list[float], plain: list[float]) -> str:
+    """The paired change against FedAvg's runs of the same seeds: per seed, then its `interval_cell`."""
+    deltas = [a - p for a, p in zip(accs, plain)]
+    return f"{per_seed(deltas, '+.2f')} | {interval_cell(deltas)}"
 
 
 PAIRED_NOTE = (

@@ -237,4 +237,4 @@ def test_fedegg_levels_and_tau_rows_pair_each_seed_with_fedavgs_run_of_that_seed
     assert fedegg.against_fedavg([75.0, 76.0, 77.5], [74.0, 74.8, 76.4]).endswith(
         "+1.10 ± 0.06 [+0.85, +1.35], resolved"
     )
-    assert fedegg.against_fedavg([75.0], [74.5]) == "+0.50 | not resolved (1 pair)"
+    assert fedegg.against_fedavg([75.0], [74.5]) == "+0.50 | +0.50, not resolved (1 pair)"
