@@ -110,14 +110,17 @@ def test_feature_extraction_outside_a_run_is_quiet_unless_asked(capfd):
 
 
 PROBE = textwrap.dedent("""
+    import sys
+
     import torch
     from flsuite.federation.local.dynamo import compiled_copy
 
     torch.set_num_threads(1)
+    OFFSET = float(sys.argv[1])  # a constant of the graph: new to the inductor cache, so the compilation runs
 
 
     def double(x):
-        return x * 2 + 1
+        return x * 2 + OFFSET
 
 
     class Probe:  # the client class a layout names
@@ -126,7 +129,7 @@ PROBE = textwrap.dedent("""
 
     # every compilation of the compiled loop goes through `compiled_copy` (compiled.py's scanned SGD steps,
     # loss_grads.py's loss and gradients): the smallest graph, compiled by inductor as theirs are
-    assert compiled_copy(double, (Probe, ()), 0)(torch.ones(2)).tolist() == [3.0, 3.0]
+    assert compiled_copy(double, (Probe, ()), 0)(torch.ones(2)).tolist() == [2.0 + OFFSET] * 2
     print("fit done")
 
     # the control, in the same process: torch's probe, run again now that the compiled loop's quiet import is over,
@@ -146,18 +149,17 @@ PROBE = textwrap.dedent("""
 )
 def test_the_compiled_loop_does_not_print_torchs_cuda_probe_warning(tmp_path):
     """A fresh process (the warning comes once per process, when inductor first imports torch.utils.cpp_extension),
-    CUDA_HOME pointing at a folder so that the probe finds a "toolkit", and an empty inductor cache (the compilation
-    runs): the compiled loop's compilation does not print the warning; the control after it, torch's probe run again
-    in that process (a reload of the module), does. The compilation is the loop's own (`dynamo.compiled_copy`) of the
-    smallest graph, not a client fit's forward and backward (a fresh process and a cold compile either way)."""
-    env = {
-        **os.environ,
-        "CUDA_HOME": str(tmp_path),
-        "OMP_NUM_THREADS": "1",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-    }
+    CUDA_HOME pointing at a folder so that the probe finds a "toolkit", and a graph the inductor cache has not seen
+    (the compilation runs): the compiled loop's compilation does not print the warning; the control after it, torch's
+    probe run again in that process (a reload of the module), does. The compilation is the loop's own
+    (`dynamo.compiled_copy`) of the smallest graph, not a client fit's forward and backward. The process shares the
+    session's inductor cache: inductor imports the module on a cache hit too (with the quiet import removed the
+    warning was printed during the compilation with the graph compiled and with it cached), and a cache of its own
+    made the process check the CPU's vector instruction sets again (six C++ builds, ~6 s of this test's ~14)."""
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    offset = str(1 + int.from_bytes(os.urandom(2), "big") / 2**16)  # 1 <= offset < 2, exact in float32
     fit = subprocess.run(
-        [sys.executable, "-c", PROBE], check=False, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", PROBE, offset], check=False, env=env, capture_output=True, text=True, timeout=600
     )
     assert fit.returncode == 0 and "fit done" in fit.stdout, fit.stderr
     during, _, control = fit.stderr.partition("--- control ---")
