@@ -66,27 +66,64 @@ def global_library_state_is_scoped():
 #: are ordered by cost.
 SLOW_WEIGHT = 20
 
+#: The modules that start the process's local Ray (`local_ray`) or compile (the compiled loop): under `-n auto` they
+#: go to one worker, one unit, so the suite starts one local Ray and its two kept workers instead of one per worker,
+#: and pays a process's first compilation (~3 s beyond the graph's own) once.
+SHARED_PROCESS = frozenset(
+    {
+        "tests/federation/test_ray_executor.py",
+        "tests/federation/local/test_compiled.py",
+        "tests/federation/local/test_choice.py",
+        "tests/methods/test_fedcir.py",
+        "tests/methods/test_fedcir_terms.py",
+        "tests/methods/test_fedegg.py",
+        "tests/methods/test_fedfa.py",
+        "tests/methods/test_fedmix.py",
+        "tests/test_runtime.py",
+    }
+)
 
-def module_cost(items: list[pytest.Item]) -> int:
+
+def work_unit(nodeid: str) -> str:
+    """What `-n auto` hands to a worker whole: a test's module, or the modules of `SHARED_PROCESS` together."""
+    module = nodeid.split("::")[0]
+    return "local Ray and compiler" if module in SHARED_PROCESS else module
+
+
+def unit_cost(items: list[pytest.Item]) -> int:
     return sum(SLOW_WEIGHT if item.get_closest_marker("slow") else 1 for item in items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` (pyproject.toml) with `work_unit` as the scope instead of the module."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     """Test ids must not depend on the process (e.g. `ids=repr` names objects by memory address): pytest-xdist's
     workers each collect the suite and stop the run when their names differ.
 
-    Then the costliest modules first: the README's `-n auto` hands whole modules to workers (`--dist loadscope`, so a
-    module's fixtures, such as a Ray cluster, start once) in this order, so the long ones start first and the workers
-    finish together. Stable: tests keep pytest-randomly's order within a module, and modules of equal cost its order."""
+    Then the costliest work units first: the README's `-n auto` hands whole units (`work_unit`: a module, or the
+    modules that share a local Ray and the compiler) to workers (`--dist loadscope`, so a unit's fixtures, such as a
+    Ray cluster, start once) in this order, so the long ones start first and the workers finish together. Stable:
+    tests keep pytest-randomly's order within a unit, and units of equal cost its order."""
     unstable = [item.nodeid for item in items if " at 0x" in item.nodeid]
     if unstable:
         raise pytest.UsageError(
             f"test ids that name memory addresses (give the parametrisation explicit ids): {unstable[:3]}"
         )
-    modules: dict[str, list[pytest.Item]] = {}
+    units: dict[str, list[pytest.Item]] = {}
     for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    items[:] = [item for module in sorted(modules.values(), key=module_cost, reverse=True) for item in module]
+        units.setdefault(work_unit(item.nodeid), []).append(item)
+    items[:] = [item for unit in sorted(units.values(), key=unit_cost, reverse=True) for item in unit]
 
 
 @pytest.fixture
