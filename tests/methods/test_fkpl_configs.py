@@ -12,6 +12,8 @@ docs/results/fkpl_stage0.md, from `python experiments/fkpl_stage0.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,9 @@ import torch
 import yaml
 
 from flsuite.cli import federation_from_configs
+from flsuite.data import image_folder
 from flsuite.data.base import ClientData
+from flsuite.data.image_arrays import ImageArrays
 from flsuite.methods.fkpl import FKPL
 from flsuite.methods.fkpl.cluster import angle_matrix, cluster, purity
 from flsuite.methods.fkpl.subspace import SubspaceBasis, client_bases, client_basis
@@ -62,6 +66,43 @@ def test_the_shipped_fkpl_configs_are_found_and_only_the_declared_control_fixes_
     assert single == {"controls/fedavg_encoder.yaml"}
 
 
+@contextmanager
+def _pixels_on_demand() -> Iterator:
+    """Inside: folder images load as their labels alone (each row a zero-stride blank image: a layout reads labels
+    and row counts only). Yields `decode(layout, clients)`, which loads those clients' domains' pools for real (the
+    same loader, outside the block too) and checks they hold the labels the layout was computed from. PACS's layout
+    decoded its 9,991 images (~5 s on two busy cores per config) for the rows of the one or two domains checked."""
+    real = image_folder.load_image_folder_arrays
+    deferred: dict[int, tuple] = {}
+
+    def labels_only(entries, size, classes=None, **kwargs) -> ImageArrays:
+        entries = list(entries)
+        h, w = image_folder._hw(size)
+        y = torch.tensor([int(label) for _, label in entries], dtype=torch.int64)
+        blank = torch.zeros((1, 3, h, w), dtype=torch.uint8).expand(len(entries), -1, -1, -1)
+        pool = ImageArrays(
+            blank, y, tuple(classes) if classes is not None else tuple(map(str, range(int(y.max()) + 1)))
+        )
+        deferred[id(pool)] = (entries, size, classes, kwargs)
+        return pool
+
+    def decode(layout, clients) -> None:
+        for i in clients:
+            data = layout.domains[layout.clients[i][0]]
+            if id(data.train_pool) not in deferred:
+                continue
+            entries, size, classes, kwargs = deferred.pop(id(data.train_pool))
+            pool = real(entries, size, classes, **kwargs)
+            assert torch.equal(pool.y, data.train_pool.y), "an image that did not decode changed the rows"
+            if data.test_pool is data.train_pool:
+                data.test_pool = pool
+            data.train_pool = pool
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(image_folder, "load_image_folder_arrays", labels_only)
+        yield decode
+
+
 def _largest_principal_angle(a: torch.Tensor, b: torch.Tensor) -> float:
     """Degrees between two orthonormal bases' spans (0 when they span the same subspace)."""
     cosines = torch.linalg.svdvals(a.double().T @ b.double()).clamp(max=1.0)
@@ -74,9 +115,11 @@ def _referenced_bases(config: Path, federation, fkpl: FKPL) -> tuple[list[torch.
     source, query = federation.data, fkpl.subspace_query()
     stale = f"the Stage-0 reference of {config.name} is stale; regenerate: {reference.REGENERATE}"
     assert (ref.query, ref.seed, ref.encoder) == (repr(query), federation.seed, reference.encoder_key(source)), stale
-    layout = source.layout(federation.seed)
+    with _pixels_on_demand() as decode:
+        layout = source.layout(federation.seed)
     assert ref.rows == reference.row_digests(layout.clients), stale
     spot, k = reference.spot_layout(layout, ref.spot[1])  # the smallest client's first images: few to embed
+    decode(spot, [0])
     assert ref.spot == (k, len(spot.clients[0][1])), stale
     recomputed = client_basis(ClientData(k, spot.clients[0][0], source.client_split(spot, 0)), query, federation.seed)
     # float32 rounding moves a basis 0.007-0.010°; one image fewer 3.8-4.3°; features + N(0, 0.01²) noise 1.1-1.5°
@@ -107,12 +150,14 @@ def _gram_bases(
         seed,
         reference.pixels_key(source),
     ), stale
-    layout = source.layout(seed)
+    with _pixels_on_demand() as decode:
+        layout = source.layout(seed)
     assert ref.rows == reference.row_digests(layout.clients), stale
     domains = [domain for domain, _ in layout.clients]
     size = {i: len(rows) for i, (_, rows) in enumerate(layout.clients)}
     k = min(size, key=size.__getitem__)
     other = min((i for i in size if domains[i] != domains[k]), key=size.__getitem__)
+    decode(layout, (k, other))
     clients = [ClientData(i, domains[i], source.client_split(layout, i)) for i in (k, other)]
     for query, bases in zip(queries, (ref.bases, ref.official_bases), strict=True):
         recomputed = [client_basis(client, query, seed) for client in clients]
