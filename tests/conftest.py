@@ -62,13 +62,13 @@ def global_library_state_is_scoped():
         pytest.fail(f"the test left torch._dynamo.config changed ({', '.join(leaked)}): use torch._dynamo.config.patch")
 
 
-#: What a test marked `slow` (10-110 s on 2 cores) weighs against an unmarked one (mostly under 2 s) when the modules
-#: are ordered by cost.
+#: What a test marked `slow` (10-110 s on 2 cores) weighs against an unmarked one (mostly under 2 s) when the work
+#: units are ordered by cost.
 SLOW_WEIGHT = 20
 
 #: The modules that start the process's local Ray (`local_ray`) or compile (the compiled loop): under `-n auto` they
 #: go to one worker, one unit, so the suite starts one local Ray and its two kept workers instead of one per worker,
-#: and pays a process's first compilation (~3 s beyond the graph's own) once.
+#: and pays a process's first compilation once. A module that starts the local Ray or compiles belongs here.
 SHARED_PROCESS = frozenset(
     {
         "tests/federation/test_ray_executor.py",

@@ -68,10 +68,10 @@ def test_the_shipped_fkpl_configs_are_found_and_only_the_declared_control_fixes_
 
 @contextmanager
 def _pixels_on_demand() -> Iterator:
-    """Inside: folder images load as their labels alone (each row a zero-stride blank image: a layout reads labels
-    and row counts only). Yields `decode(layout, clients)`, which loads those clients' domains' pools for real (the
-    same loader, outside the block too) and checks they hold the labels the layout was computed from. PACS's layout
-    decoded its 9,991 images (~5 s on two busy cores per config) for the rows of the one or two domains checked."""
+    """Inside: folder images load as their labels alone, each row a zero-stride blank image (a layout reads labels
+    and row counts only, so it needs no decoded image). Yields `decode(layout, clients)`, which loads the pools of
+    those clients' domains with the real loader and checks that they hold the labels the layout was computed from:
+    only the images of the clients whose bases are recomputed are decoded."""
     real = image_folder.load_image_folder_arrays
     deferred: dict[int, tuple] = {}
 
