@@ -18,18 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dataset=${1:?usage: fkpl_official.sh office|pacs [study.py flags]}; shift
-case $dataset in
-  office) base=configs/fkpl/office_caltech10_effnet.yaml; layout=configs/fkpl/layout_official_office.yaml
-          mixing=configs/fkpl/official_mixing.yaml; threshold=5.3; head_epochs=20 ;;
-  pacs) base=configs/fkpl/pacs_effnet.yaml; layout=configs/fkpl/layout_official_pacs.yaml
-        mixing=configs/fkpl/official_mixing_pacs.yaml; threshold=4.2; head_epochs=10 ;;
-  *) echo "fkpl_official.sh: dataset must be office or pacs, got '$dataset'" >&2; exit 2 ;;
-esac
-name=fkpl_${dataset}_official; ov=runs/${name}_overlays; mkdir -p "$ov"
-source experiments/fkpl_overlays.sh; write_reduced_overlays "$ov"
-stage0=configs/fkpl/stage0_official_features.yaml
-printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: %s, head_epochs: %s}\n' "$threshold" "$head_epochs" > "$ov/threshold.yaml"
-fkpl="$layout,$mixing,$stage0,$ov/threshold.yaml"
+name=fkpl_${dataset}_official; ov=runs/${name}_overlays
+source experiments/fkpl_overlays.sh
+official_fkpl "$dataset" "$ov" || exit 2
+write_reduced_overlays "$ov"
 extra=()
 if [[ $dataset == pacs ]]; then
   printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 30.0, head_epochs: 50}\n' > "$ov/threshold30.yaml"

@@ -8,11 +8,9 @@
 #   bash experiments/fkpl_train_seeds.sh [--workers 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=fkpl_pacs_train_seeds; ov=runs/${name}_overlays; mkdir -p "$ov"
-source experiments/fkpl_overlays.sh; write_reduced_overlays "$ov"
-printf 'method:\n  class_path: flsuite.methods.fkpl.FKPL\n  init_args: {threshold: 4.2, head_epochs: 10}\n' > "$ov/threshold.yaml"
-fkpl="configs/fkpl/layout_official_pacs.yaml,configs/fkpl/official_mixing_pacs.yaml,configs/fkpl/stage0_official_features.yaml,$ov/threshold.yaml"
-python experiments/study.py --name "$name" --base configs/fkpl/pacs_effnet.yaml \
+name=fkpl_pacs_train_seeds; ov=runs/${name}_overlays
+source experiments/fkpl_overlays.sh; official_fkpl pacs "$ov"; write_reduced_overlays "$ov"
+python experiments/study.py --name "$name" --base "$base" \
   --variant "FKPL=$fkpl" --variant "FKPL independent init=$fkpl,$ov/independent.yaml" \
   --seeds 0 1 2 --train_seeds 0 1 2 3 4 --workers 1 --out "docs/results/$name.md" \
   --command "bash experiments/fkpl_train_seeds.sh $*" "$@" -- --rounds 20 --local.epochs 5 --eval_every 5
