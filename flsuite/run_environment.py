@@ -43,7 +43,7 @@ def environment_info(seed: int, seeds: Seeds | None = None) -> dict[str, Any]:
 
     import torch
 
-    try:  # from its metadata: importing Lightning costs ~3 s beyond torch here, and a lean-loop process never does
+    try:  # from its metadata: a process that never builds a Trainer (a run built in Python, lean loop) never imports it
         lightning_version = installed_version("lightning")
     except PackageNotFoundError:
         lightning_version = "not installed"

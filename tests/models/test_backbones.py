@@ -17,7 +17,7 @@ from flsuite.data.base import ClientData, DataSource, EpochBatches, FederatedDat
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
 from flsuite.federation.local.batches import IndexBatches, client_batches
-from flsuite.federation.local.trainer import LocalFit
+from flsuite.federation.local.loops import ClientFit
 from flsuite.federation.method import ClientModule
 from flsuite.federation.task import LocalTraining
 from flsuite.methods.fedavg import FedAvg
@@ -199,8 +199,8 @@ def test_standard_loop_gives_the_lean_loops_weights(tmp_path, monkeypatch, metho
     weights, losses and SCAFFOLD control variates (whose gradient correction runs in `before_optimizer_step`)."""
     extra = {} if method is None else {"method": method}
     standard_steps = []
-    step = LocalFit.standard_training_step
-    monkeypatch.setattr(LocalFit, "standard_training_step", lambda self, *a: standard_steps.append(1) or step(self, *a))
+    step = ClientFit.standard_step
+    monkeypatch.setattr(ClientFit, "standard_step", lambda self, *a: standard_steps.append(1) or step(self, *a))
     runs = {}
     for loop in ("lean", "standard"):
         local = LocalTraining(epochs=2, batch_size=8, lr=0.1, momentum=0.0, weight_decay=0.0, loop=loop)

@@ -108,7 +108,6 @@ class LocalFit(L.LightningModule):
 
     def __init__(self, client: ClientModule) -> None:
         super().__init__()
-        self.client = client
         self.work = ClientFit(client)
         self.automatic_optimization = client.local.loop == "standard"
 
@@ -132,26 +131,22 @@ class LocalFit(L.LightningModule):
         self.work.end()
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
-        """The lean and compiled loops: `batch` is an epoch's list of batches; the standard loop: one batch."""
-        if self.automatic_optimization:  # local.loop: standard, one batch per step
-            return self.standard_training_step(batch, batch_idx)
-        # the torch optimiser itself, stepped without Lightning's wrapper
+        """The lean and compiled loops: `batch` is an epoch's list of batches, stepped with the torch optimiser itself
+        (without Lightning's wrapper); the standard loop: one batch, whose loss Lightning zeroes the gradients for,
+        backpropagates through its precision plugin (autocast, gradient scaling) and steps the optimiser on."""
+        if self.automatic_optimization:
+            return self.work.standard_step(batch, self.device)
         self.work.train_epoch(batch, self.trainer.optimizers[0], self.device)
         return None
 
-    def standard_training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """One batch under Lightning's automatic optimisation: Lightning zeroes the gradients, backpropagates the
-        returned loss through its precision plugin (autocast, gradient scaling) and steps the optimiser."""
-        return self.work.standard_step(batch, self.device)
-
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.automatic_optimization:  # the lean loop calls the hooks itself (gradients already unscaled here)
-            add_to_gradients(gradient_offset_pairs(self.client))
-            self.client.before_optimizer_step()
+            add_to_gradients(gradient_offset_pairs(self.work.client))
+            self.work.client.before_optimizer_step()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.automatic_optimization:  # after Lightning's optimiser step (also when a GradScaler skipped it)
-            self.client.after_optimizer_step()
+            self.work.client.after_optimizer_step()
 
 
 class EpochTicks(L.Callback):
