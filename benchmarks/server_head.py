@@ -1,88 +1,121 @@
-"""FKPL's Stage-II server head (`flsuite.methods.fkpl.head.fit_head`) on a `partner: all`-sized set of virtual
-features: seconds per epoch of the server fit, its loops and batch gathers side by side, alternated in one process.
+"""FKPL's Stage-II server head (`fit_head`) on a `partner: all`-sized set of virtual features: seconds per epoch of the
+server fit, this tree's against another tree's (e.g. the commit before issue 35) and against this tree's loop with a
+fresh gather per epoch, each measurement in a fresh process, alternated.
 
-    python benchmarks/server_head.py [--rows 83000] [--dim 3840] [--classes 7] [--epochs 3] [--reps 2]
+    python benchmarks/server_head.py [--before TREE] [--rows 83000] [--dim 3840] [--classes 7] [--epochs 2] [--reps 2]
 
-The features are random (the fit's cost does not depend on their values): `rows` × `dim` (83,000 virtual features
-of `partner: all` on PACS, three 1280-d experts concatenated), SGD(lr 0.01, momentum 0.9) at batch 64, FKPL's
-defaults. Variants:
-  fresh     the lean loop, each epoch gathered into a new tensor (the server fit before issue 35's item 4),
-  reused    the lean loop, each epoch gathered into the same buffer (`EpochBatches(reuse=True)`, what fit_head does),
-  compiled  the compiled loop (`local.loop: compiled`) over the reused gathers.
-Prints seconds per epoch (median over reps), the 200-epoch extrapolation (FKPL's head_epochs), each variant's ratio
-to `fresh`, and the largest weight difference from `fresh`'s head (0 where only the gather changed).
+The features are random (the fit's cost does not depend on their values; the same seeded draw on every side): `rows`
+× `dim` (83,000 virtual features of `partner: all` on PACS, three 1280-d experts concatenated), SGD(lr 0.01,
+momentum 0.9) at batch 64, FKPL's defaults, one thread. Sides:
+  before    TREE's `fit_head` (flsuite/methods/fkpl/head.py, or fkpl_calibrate.py before the FKPL package), run with
+            TREE first on sys.path,
+  fresh     this tree's server fit with a fresh gather per epoch (`EpochBatches(reuse=False)`),
+  after     this tree's `fit_head` (streamed batches: each gathered when read, `EpochBatches(reuse=True)`).
+Prints seconds per epoch (median over reps), the 200-epoch extrapolation (FKPL's head_epochs), each side's ratio to the
+first, and the largest weight difference from the first side's head (0: the same head bit for bit).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-
-import torch
-
-from flsuite.data.base import EpochBatches, Split
-from flsuite.federation.local.trainer import _quiet_lightning
-from flsuite.federation.server import RoundServer
-from flsuite.federation.task import LocalTraining
-from flsuite.models.heads import Linear
+from pathlib import Path
+from types import SimpleNamespace
 
 HEAD_EPOCHS = 200
+HERE = Path(__file__).resolve().parents[1]
 
 
-def fit(server: RoundServer, split: Split, classes: int, epochs: int, variant: str) -> tuple[float, dict]:
-    local = LocalTraining(
-        epochs=epochs,
-        batch_size=64,
-        lr=0.01,
-        momentum=0.9,
-        weight_decay=0.0,
-        loop="compiled" if variant == "compiled" else "lean",
-    )
-    torch.manual_seed(server.seed_for("head/init"))
-    model = Linear().build(tuple(split.x.shape[1:]), classes)
-    batches = EpochBatches(
-        split, local.batch_size, server.generator("head/batches"), epochs=epochs, reuse=variant != "fresh"
-    )
-    start = time.perf_counter()
-    server.train(model, batches, local, "head")
-    return (time.perf_counter() - start) / epochs, {k: v.clone() for k, v in model.state_dict().items()}
+def child(args: argparse.Namespace) -> None:
+    """One measurement, in this process: build the features, time the side's head fit, save the head."""
+    sys.path.insert(0, str(Path(args.tree).resolve()))
+    import torch
 
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=83_000)
-    ap.add_argument("--dim", type=int, default=3840)
-    ap.add_argument("--classes", type=int, default=7)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--variants", nargs="+", default=["fresh", "reused", "compiled"])
-    args = ap.parse_args()
     torch.set_num_threads(1)
-    _quiet_lightning()
+    from flsuite.data.base import EpochBatches, Split
+
+    try:
+        from flsuite.federation.server import RoundServer as Server
+    except ImportError:  # before the round server took the ServerContext's place
+        from flsuite.federation.server import ServerContext as Server  # type: ignore[attr-defined,no-redef]
+    try:
+        from flsuite.methods.fkpl.head import fit_head
+    except ImportError:  # before FKPL became a package
+        from flsuite.methods.fkpl_calibrate import fit_head  # type: ignore[no-redef]
     g = torch.Generator().manual_seed(0)
     split = Split(
         torch.randn(args.rows, args.dim, generator=g), torch.randint(0, args.classes, (args.rows,), generator=g)
     )
-    server = RoundServer(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
-    if "compiled" in args.variants:  # compile once outside the timings (once per process in a run)
-        fit(server, Split(split.x[:640], split.y[:640]), args.classes, 1, "compiled")
-    seconds: dict[str, list[float]] = {v: [] for v in args.variants}
+    server = Server(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
+    settings = SimpleNamespace(head_epochs=args.epochs, head_batch_size=64, head_lr=0.01, head_momentum=0.9)
+    if args.side == "fresh":  # fit_head's fit, with the epoch gathers of before the streamed batches
+        from flsuite.federation.task import LocalTraining
+        from flsuite.models.heads import Linear
+
+        def fit_head(server, split, classes, settings, purpose):  # type: ignore[no-redef]
+            local = LocalTraining(epochs=settings.head_epochs, batch_size=64, lr=0.01, momentum=0.9, weight_decay=0.0)
+            torch.manual_seed(server.seed_for(f"{purpose}/init"))
+            model = Linear().build(tuple(split.x.shape[1:]), classes)
+            batches = EpochBatches(split, 64, server.generator(f"{purpose}/batches"), epochs=settings.head_epochs)
+            server.train(model, batches, local, purpose)
+            return {"weight": model.state_dict()["1.weight"], "bias": model.state_dict()["1.bias"]}, 0.0
+
+    start = time.perf_counter()
+    head, _ = fit_head(server, split, args.classes, settings, "fkpl/head")
+    seconds = (time.perf_counter() - start) / args.epochs
+    torch.save(head, args.out)
+    Path(args.out + ".json").write_text(json.dumps({"seconds_per_epoch": seconds}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", help="a tree (a worktree of an earlier commit) whose fit_head is the 'before' side")
+    ap.add_argument("--rows", type=int, default=83_000)
+    ap.add_argument("--dim", type=int, default=3840)
+    ap.add_argument("--classes", type=int, default=7)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--sides", nargs="+", default=["before", "fresh", "after"])
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    sides = [s for s in args.sides if s != "before" or args.before]
+    import torch
+
+    seconds: dict[str, list[float]] = {s: [] for s in sides}
     heads: dict[str, dict] = {}
-    for _ in range(args.reps):
-        for variant in args.variants:
-            s, heads[variant] = fit(server, split, args.classes, args.epochs, variant)
-            seconds[variant].append(s)
-    base = statistics.median(seconds[args.variants[0]])
-    print(
-        f"{args.rows:,} x {args.dim} features, {args.classes} classes, batch 64,"
-        f" {args.epochs} epochs x {args.reps} reps"
-    )
-    print(f"{'variant':<10} {'s/epoch':>8} {'200 epochs':>11} {'ratio':>6}  max |w - {args.variants[0]}|")
-    for variant in args.variants:
-        s = statistics.median(seconds[variant])
-        diff = max((heads[variant][k] - heads[args.variants[0]][k]).abs().max().item() for k in heads[variant])
-        print(f"{variant:<10} {s:8.3f} {s * HEAD_EPOCHS:10.1f}s {s / base:6.2f}  {diff:.2e}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for side in sides if rep % 2 == 0 else sides[::-1]:
+                out = f"{tmp}/{side}.pt"
+                tree = args.before if side == "before" else str(HERE)
+                cmd = [sys.executable, __file__, "--child", "--side", side, "--tree", tree, "--out", out]
+                cmd += ["--rows", str(args.rows), "--dim", str(args.dim), "--classes", str(args.classes)]
+                cmd += ["--epochs", str(args.epochs)]
+                subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                seconds[side].append(json.loads(Path(out + ".json").read_text())["seconds_per_epoch"])
+                heads[side] = torch.load(out)
+    first = sides[0]
+    base = statistics.median(seconds[first])
+    shape = f"{args.rows:,} x {args.dim} features, {args.classes} classes, batch 64"
+    print(f"{shape}, {args.epochs} epochs x {args.reps} reps")
+    print(f"{'side':<8} {'s/epoch (each)':<22} {'median':>7} {'200 epochs':>11} {'ratio':>6}  max |w - {first}|")
+    for side in sides:
+        s = statistics.median(seconds[side])
+        diff = max((heads[side][k] - heads[first][k]).abs().max().item() for k in heads[side])
+        each = ", ".join(f"{x:.3f}" for x in seconds[side])
+        print(f"{side:<8} {each:<22} {s:7.3f} {s * HEAD_EPOCHS:10.1f}s {s / base:6.2f}  {diff:.2e}")
 
 
 if __name__ == "__main__":

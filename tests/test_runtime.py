@@ -224,24 +224,68 @@ def test_epoch_batches_are_contiguous_views_with_the_values_of_per_batch_indexin
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_reused_epoch_batches_hold_each_epochs_fresh_values_in_one_buffer(drop_last):
-    """`reuse=True` (FKPL's server head): every epoch has the values a fresh gather gives, in the same buffer (so an
-    epoch's batches are overwritten by the next); with `steps` it is refused."""
-    from flsuite.data.base import EpochBatches
+def test_streamed_epoch_batches_hold_each_batchs_fresh_values_in_one_buffer(drop_last):
+    """`reuse=True` (FKPL's server head): every batch of every epoch has the values a fresh gather gives, gathered
+    into the same buffer when read (so reading a batch overwrites the one before); slices and `steps` are refused."""
+    from flsuite.data.base import EpochBatches, StreamedEpoch
 
     split = _tiny_client_env().data.clients[0].train
     fresh = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, drop_last=drop_last)
-    reused = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, drop_last=drop_last, reuse=True)
+    streamed = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, drop_last=drop_last, reuse=True)
     pointers = set()
     for _ in range(3):
-        expected, got = fresh.epoch(), reused.epoch()
-        assert len(got) == len(expected) and all(
-            torch.equal(x, ex) and torch.equal(y, ey) for (x, y), (ex, ey) in zip(got, expected)
-        )
-        pointers.add((got[0][0].data_ptr(), got[0][1].data_ptr()))
+        expected, got = fresh.epoch(), streamed.epoch()
+        assert isinstance(got, StreamedEpoch) and len(got) == len(expected)
+        for (x, y), (ex, ey) in zip(got, expected):
+            assert torch.equal(x, ex) and torch.equal(y, ey) and x.is_contiguous()
+            pointers.add(x.data_ptr())
+        first_x, _ = got[0]
+        second_x, _ = got[1]
+        assert first_x.data_ptr() == second_x.data_ptr() and torch.equal(first_x, expected[1][0])  # overwritten
     assert len(pointers) == 1
+    with pytest.raises(TypeError, match="one batch at a time"):
+        streamed.epoch()[0:2]
     with pytest.raises(ValueError, match="takes `epochs`, not `steps`"):
         EpochBatches(split, 16, torch.Generator(), steps=5, reuse=True)
+
+
+def test_a_server_fit_streams_batches_to_the_lean_loop_only_and_trains_the_same_head(monkeypatch):
+    """RoundServer.train hands `reuse=True` batches to the lean loop as streamed epochs, and the head is the fresh
+    gathers' bit for bit; any other loop gets fresh gathers (the compiled loop keeps an epoch's batches: streamed
+    ones would all be the last one read)."""
+    from flsuite.data.base import EpochBatches, StreamedEpoch
+    from flsuite.federation import server as server_module
+    from flsuite.federation.local.loops import ClientFit
+    from flsuite.federation.server import RoundServer
+    from flsuite.federation.task import LocalTraining
+    from flsuite.models.heads import Linear
+
+    split = _tiny_client_env().data.clients[0].train
+    server = RoundServer(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
+    kinds: list[type] = []
+    real_epoch = ClientFit.train_epoch
+
+    def recorded(self, epoch_batches, optimizer, device):
+        kinds.append(type(epoch_batches))
+        return real_epoch(self, epoch_batches, optimizer, device)
+
+    monkeypatch.setattr(ClientFit, "train_epoch", recorded)
+
+    def train(reuse: bool, loop: str) -> dict[str, torch.Tensor]:
+        local = LocalTraining(epochs=3, batch_size=16, lr=0.1, momentum=0.9, weight_decay=0.0, loop=loop)
+        torch.manual_seed(3)
+        model = Linear().build(tuple(split.x.shape[1:]), 10)
+        batches = EpochBatches(split, 16, torch.Generator().manual_seed(1), epochs=3, reuse=reuse)
+        server.train(model, batches, local, "head")
+        return model.state_dict()
+
+    streamed, fresh = train(True, "lean"), train(False, "lean")
+    assert kinds == [StreamedEpoch] * 3 + [list] * 3
+    assert all(torch.equal(streamed[k], fresh[k]) for k in fresh)
+    handed = []
+    monkeypatch.setattr(server_module, "run_fit", lambda fit, batches, *a, **k: handed.append(next(iter(batches))))
+    train(True, "compiled")  # the stub trains nothing: what it was handed is checked
+    assert [type(epoch) for epoch in handed] == [list]
 
 
 def test_client_fit_equals_a_hand_written_loop_bit_for_bit():

@@ -129,10 +129,12 @@ class EpochBatches:
     keeps per-batch framework overhead out of the hot path (docs/performance.md, "Frozen-feature rounds"). With `steps`,
     a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
 
-    With `reuse`, every epoch is gathered into the same buffers, so an epoch's batches are overwritten when the next
-    epoch is drawn: for a fit that reads each epoch once before drawing the next (Lightning's does), over a split
-    large enough that a fresh gather per epoch costs more than the training (FKPL's server head: docs/performance.md,
-    "Server fits"). Without `steps` only; the values are the same as without it.
+    With `reuse`, an epoch is a `StreamedEpoch`: each batch is gathered when it is read, into one batch-sized buffer,
+    so a batch is overwritten when the next is read. For the lean loop on the CPU, which reads each batch once and is
+    done with it before the next (`RoundServer.train` gives other loops fresh gathers), over a split large enough that
+    an epoch's gather costs more than its steps: a batch read while it is in the cache instead of a 1.3 GB gather an
+    epoch (FKPL's server head: docs/performance.md, "Server fits"). Without `steps` only; the values are the same as
+    without it.
     """
 
     def __init__(
@@ -153,35 +155,57 @@ class EpochBatches:
         self.split, self.batch_size, self.generator = split, batch_size, generator
         self.epochs, self.steps, self.drop_last = (1 if steps else epochs), steps, drop_last
         self.reuse = reuse
-        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # the gathers' buffers, with `reuse`
+        self._buffer: torch.Tensor | None = None  # the streamed batches' buffer, with `reuse`
 
     def __len__(self) -> int:
         return 1
 
-    def _one_pass(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def fresh(self) -> EpochBatches:
+        """These batches (the same split, generator and epochs) with a fresh gather per epoch: for a reader that keeps
+        an epoch's batches (the compiled loop stacks them, Lightning moves them), where `reuse` would overwrite them."""
+        return EpochBatches(self.split, self.batch_size, self.generator, epochs=self.epochs, drop_last=self.drop_last)
+
+    def _one_pass(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]]:
         """One shuffled pass: a single gather of the split in the epoch's order, then contiguous views of it (one
-        allocation per epoch instead of one per batch; the same values as indexing each batch)."""
+        allocation per epoch instead of one per batch; the same values as indexing each batch); with `reuse`, the
+        epoch's order streamed one batch at a time."""
         n = len(self.split)
         order = torch.randperm(n, generator=self.generator)
         stop = n - n % self.batch_size if (self.drop_last and n >= self.batch_size) else n
         order = order[:stop]
-        if not self.reuse:
-            x, y = self.split.x[order], self.split.y[order]
-        else:
-            if self._buffers is None:
-                self._buffers = (self.split.x.new_empty((stop, *self.split.x.shape[1:])), self.split.y.new_empty(stop))
-            x = torch.index_select(self.split.x, 0, order, out=self._buffers[0])
-            y = torch.index_select(self.split.y, 0, order, out=self._buffers[1])
+        if self.reuse:
+            if self._buffer is None:
+                self._buffer = self.split.x.new_empty((self.batch_size, *self.split.x.shape[1:]))
+            return StreamedEpoch(self.split, order.split(self.batch_size), self._buffer)
+        x, y = self.split.x[order], self.split.y[order]
         return list(zip(x.split(self.batch_size), y.split(self.batch_size)))
 
-    def epoch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def epoch(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]]:
         """The batches of the next epoch (or the `steps` batches)."""
         if self.steps is None:
             return self._one_pass()
         batches: list[tuple[torch.Tensor, torch.Tensor]] = []
-        while len(batches) < self.steps:
+        while len(batches) < self.steps:  # never streamed: `reuse` takes no `steps`
             batches.extend(self._one_pass())
         return batches[: self.steps]
 
-    def __iter__(self) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+    def __iter__(self) -> Iterator[Sequence[tuple[torch.Tensor, torch.Tensor]]]:
         yield self.epoch()
+
+
+class StreamedEpoch(Sequence[tuple[torch.Tensor, torch.Tensor]]):
+    """One epoch of `EpochBatches(reuse=True)`: batch i is `split`'s rows `batches[i]`, gathered into `buffer` when it
+    is read (its labels into a tensor of their own), so reading a batch overwrites the one read before."""
+
+    def __init__(self, split: Split, batches: Sequence[torch.Tensor], buffer: torch.Tensor) -> None:
+        self.split, self.batches, self.buffer = split, batches, buffer
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise TypeError("a StreamedEpoch is read one batch at a time (EpochBatches.fresh() keeps whole epochs)")
+        rows = self.batches[i]
+        x = torch.index_select(self.split.x, 0, rows, out=self.buffer[: len(rows)])
+        return x, self.split.y[rows]

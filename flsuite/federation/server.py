@@ -79,8 +79,12 @@ class RoundServer:
     def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> FitStatistics:
         """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' lean loop
         over `batches` (on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose` as `fit`.
+        Streamed batches (`EpochBatches(reuse=True)`) are gathered fresh for any loop but the lean one on the CPU.
         Returns the fit's statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
+        lean = runs_without_a_trainer(local.loop, self.accelerator) and local.loop != "compiled"
+        if batches.reuse and not lean:  # streamed batches serve the lean loop only, which reads each once
+            batches = batches.fresh()
         if not runs_without_a_trainer(local.loop, self.accelerator):  # `fit`'s Trainer: 32-bit on `accelerator`
             from flsuite.federation.local.trainer import LocalFit
 
