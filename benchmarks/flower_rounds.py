@@ -1,12 +1,15 @@
 """Flower 1.42's per-round wall time for a small FedAvg federation with a plain torch client (the reference for
 flsuite).
 
-The federation: `torch.nn.Linear(1280, 10)` on cached features, one Flower SuperNode per client in DATA.pt, every client
-in every round (FedAvg, fraction 1.0, min nodes = number of clients, weighted by n_k), no federated evaluation. Each
-client round: load the global weights, `epochs` epochs over its data in mini-batches of `batch_size` in an order drawn
-from a torch.Generator seeded from (seed, round, client) (`flsuite.seeding.torch_generator(seed, round, client,
-"batches")`, Flower's rounds count from 1), torch.optim.SGD(lr, momentum, weight_decay), F.cross_entropy, a plain
-autograd loop; reply with the updated weights and n_k.
+The federation: `torch.nn.Linear(features, classes)` on cached features (with DATA.pt's optional `hidden`, an MLP:
+Linear, ReLU per hidden width, then Linear), one Flower SuperNode per client in DATA.pt, every client in every round
+(FedAvg, fraction 1.0, min nodes = number of clients, weighted by n_k; with the optional `per_round`, that many
+clients sampled each round by Flower's FedAvg), no federated evaluation. Each client round: load the global weights,
+`epochs` epochs over its data (or, with the optional `steps`, that many mini-batches, reshuffling when the data runs
+out) in mini-batches of `batch_size` in an order drawn from a torch.Generator seeded from (seed, round, client)
+(`flsuite.seeding.torch_generator(seed, round, client, "batches")`, Flower's rounds count from 1),
+torch.optim.SGD(lr, momentum, weight_decay), F.cross_entropy, a plain autograd loop; reply with the updated weights
+and n_k.
 
 Flower API (read from the installed 1.42.0 package): the Message API, run in-process by the simulation engine's Ray
 backend through `flwr.simulation.run_simulation` (deprecated in 1.42 in favour of `flwr run`: calling it logs a
@@ -82,11 +85,17 @@ if (
 ):  # benchmarks/default_loop.py: the allocator setting every contender gets
     keep_freed_memory()
 
-FEATURES, CLASSES = 1280, 10
+FEATURES, CLASSES = 1280, 10  # the demo federation's (--make_data)
 
 
-def make_model() -> torch.nn.Linear:
-    return torch.nn.Linear(FEATURES, CLASSES)
+def make_model(data: dict[str, Any]) -> torch.nn.Module:
+    """Linear(features, classes), or with `hidden` an MLP of Linear + ReLU layers of those widths, then Linear."""
+    x, y = data["test"]
+    widths = [x.shape[1], *data.get("hidden", [])]
+    layers: list[torch.nn.Module] = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(widths[-1], int(data.get("classes", CLASSES))))
 
 
 # --- client side: runs in the Ray actor processes --------------------------------------------------------------------
@@ -106,21 +115,33 @@ def cached_data(path: str) -> tuple[dict[str, Any], float]:
 def local_train(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any], generator: torch.Generator
 ) -> float:
-    """`epochs` epochs of shuffled mini-batch SGD; returns the mean loss of the last epoch."""
+    """`epochs` epochs (or `steps` batches) of shuffled mini-batch SGD; returns the mean loss of the last epoch (of
+    the steps)."""
     opt = torch.optim.SGD(
         model.parameters(), lr=data["lr"], momentum=data["momentum"], weight_decay=data["weight_decay"]
     )
-    batch_size, total = int(data["batch_size"]), 0.0
-    for _ in range(int(data["epochs"])):
-        order, total = torch.randperm(len(y), generator=generator), 0.0
-        for start in range(0, len(y), batch_size):
-            idx = order[start : start + batch_size]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-    return total / len(y)
+    batch_size, steps = int(data["batch_size"]), data.get("steps")
+    batches: list[torch.Tensor] = []
+    for _ in range(int(data.get("epochs", 1)) if steps is None else int(steps)):
+        order = torch.randperm(len(y), generator=generator)
+        batches += [order[start : start + batch_size] for start in range(0, len(y), batch_size)]
+        if steps is None:
+            continue
+        if len(batches) >= int(steps):
+            break
+    if steps is not None:
+        batches = batches[: int(steps)]
+    per_epoch = -(-len(y) // batch_size)
+    last = batches[-per_epoch:] if steps is None else batches
+    total, seen = 0.0, 0
+    for i, idx in enumerate(batches):
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= len(batches) - len(last):
+            total, seen = total + loss.item() * len(idx), seen + len(idx)
+    return total / seen
 
 
 client_app = ClientApp()
@@ -135,7 +156,7 @@ def train(msg: Message, context: Context) -> Message:
     data, load_s = cached_data(str(config["data-path"]))
     client, rnd = int(context.node_config["partition-id"]), cast(int, config["server-round"])
     x, y = data["clients"][client]
-    model = make_model()
+    model = make_model(data)
     model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
     t1 = time.perf_counter()
     loss = local_train(model, x, y, data, torch_generator(int(data["seed"]), rnd, client, "batches"))
@@ -159,13 +180,18 @@ def train(msg: Message, context: Context) -> Message:
 
 
 class TimedFedAvg(FedAvg):
-    """FedAvg over all clients every round that stamps the end of each round and keeps the clients' reports."""
+    """FedAvg over `per_round` of the clients every round (all by default) that stamps the end of each round and
+    keeps the clients' reports."""
 
-    def __init__(self, num_clients: int) -> None:
+    def __init__(self, num_clients: int, per_round: int | None = None) -> None:
+        per_round = per_round or num_clients
         super().__init__(
-            fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=num_clients, min_available_nodes=num_clients
+            fraction_train=per_round / num_clients,
+            fraction_evaluate=0.0,
+            min_train_nodes=per_round,
+            min_available_nodes=num_clients,
         )
-        self.num_clients = num_clients
+        self.num_clients = per_round  # the replies a round must have
         self.stamps: list[float] = []  # perf_counter at [main entry, end of round 1, end of round 2, ...]
         self.wall: list[float] = []  # the same moments in time.time()
         self.reports: list[list[dict[str, Any]]] = []  # per round, each client's train metrics
@@ -185,7 +211,7 @@ class TimedFedAvg(FedAvg):
 
 
 def make_server_app(
-    strategy: TimedFedAvg, data_path: str, rounds: int, seed: int, result: dict[str, ArrayRecord]
+    strategy: TimedFedAvg, data: dict[str, Any], data_path: str, rounds: int, seed: int, result: dict[str, ArrayRecord]
 ) -> ServerApp:
     app = ServerApp()
 
@@ -194,7 +220,7 @@ def make_server_app(
         strategy.stamps.append(time.perf_counter())
         strategy.wall.append(time.time())
         torch.manual_seed(seed)
-        initial = ArrayRecord(make_model().state_dict())
+        initial = ArrayRecord(make_model(data).state_dict())
         out = strategy.start(
             grid=grid, initial_arrays=initial, num_rounds=rounds, train_config=ConfigRecord({"data-path": data_path})
         )
@@ -240,8 +266,9 @@ def make_demo_data(path: Path, clients: int = 3, samples: int = 1200, test: int 
     torch.save(data, path)
 
 
-def accuracy(arrays: ArrayRecord, x: torch.Tensor, y: torch.Tensor) -> float:
-    model = make_model()
+def accuracy(arrays: ArrayRecord, data: dict[str, Any]) -> float:
+    x, y = data["test"]
+    model = make_model(data)
     model.load_state_dict(arrays.to_torch_state_dict())
     with torch.no_grad():
         return (model(x).argmax(1) == y).float().mean().item()
@@ -279,8 +306,8 @@ def simulate(
 ) -> tuple[TimedFedAvg, dict[str, ArrayRecord], float, float]:
     """Run the federation; returns the strategy (with its stamps), the final arrays, run_simulation's start and wall
     time."""
-    strategy, result = TimedFedAvg(len(data["clients"])), dict[str, ArrayRecord]()
-    server_app = make_server_app(strategy, data_path, rounds, int(data["seed"]), result)
+    strategy, result = TimedFedAvg(len(data["clients"]), data.get("per_round")), dict[str, ArrayRecord]()
+    server_app = make_server_app(strategy, data, data_path, rounds, int(data["seed"]), result)
     t0 = time.perf_counter()
     run_simulation(
         server_app=server_app,
@@ -297,7 +324,9 @@ def notes(parallel: int, data: dict[str, Any], stats: dict[str, Any]) -> str:
         f"Flower {flwr.__version__} Message API (ClientApp @train, ServerApp @main, flwr.serverapp.strategy.FedAvg) "
         "via flwr.simulation.run_simulation (deprecated in 1.42, warns), Ray backend, "
         f"{parallel} actor(s) x 1 CPU, 1 torch thread; "
-        f"{len(data['clients'])} clients, {data['epochs']} local epochs at batch {data['batch_size']}; "
+        f"{len(data['clients'])} clients ({data.get('per_round') or len(data['clients'])} a round), "
+        + (f"{data['steps']} local steps" if data.get("steps") else f"{data['epochs']} local epochs")
+        + f" at batch {data['batch_size']}; "
         "round = perf_counter between consecutive "
         "aggregations (round 1 from the ServerApp's start, so it includes Ray's start-up and the actors' creation: "
         f"{stats['engine_startup_seconds']:.1f} s before the first client call); DATA.pt loaded once per "
@@ -312,7 +341,8 @@ def main() -> None:
         "--data",
         type=Path,
         required=True,
-        help="torch.save'd dict: clients, test, epochs, batch_size, lr, momentum, weight_decay, seed",
+        help="torch.save'd dict: clients, test, epochs, batch_size, lr, momentum, weight_decay, seed; optional "
+        "hidden, steps, per_round, classes, learnable (false: no accuracy check)",
     )
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
@@ -333,9 +363,11 @@ def main() -> None:
 
     strategy, result, t0, total = simulate(data_path, data, args.rounds, args.parallel)
     stats = summarise(strategy)
-    acc = accuracy(result["arrays"], *data["test"]) if "arrays" in result else float("nan")
-    chance = 1.0 / CLASSES
-    checks = {"rounds_ok": len(stats["round_seconds"]) == args.rounds, "accuracy_ok": acc > 2 * chance}
+    acc = accuracy(result["arrays"], data) if "arrays" in result else float("nan")
+    chance = 1.0 / int(data.get("classes", CLASSES))
+    checks = {"rounds_ok": len(stats["round_seconds"]) == args.rounds}
+    if data.get("learnable", True):  # random labels (benchmarks/small_clients.py) have nothing to learn
+        checks["accuracy_ok"] = acc > 2 * chance
     out = {
         "round_seconds": stats.pop("round_seconds"),
         "total_seconds": total,

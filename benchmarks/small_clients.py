@@ -11,11 +11,18 @@ Compared in the same process, alternated round by round (these machines are shar
   plain    a hand-written torch loop over the SAME batches (`client_batches` with the task's seed), the same initial
            model (seeded build + global weights), torch.optim.SGD and F.cross_entropy, returning a CPU copy of the
            weights as a client would; its weights are checked equal to flsuite's.
+With `--flower_python`, Flower 1.42 runs the same federation beside them (benchmarks/flower_rounds.py in that python,
+one process, after the alternated rounds): the same 100 clients' data, 20 sampled a round by Flower's FedAvg, the same
+MLP, 5 steps of batch 32 each, plain SGD, one Ray actor (one core, as the other two); its rounds 2..R's median round
+time (client fits plus the engine's messaging) and its clients' summed fit time per round are printed beside them.
 Then flsuite's time per fit is split (perf_counter around the functions `run_client` calls, in the real
 `run_client`): model build + weight load, the client module and batches, `run_fit` without and with its training
 steps, result packing; `--profile` prints cProfile's top functions of the fits as well.
 
-    python benchmarks/small_clients.py [--rounds 15] [--clients 20] [--profile]
+    python benchmarks/small_clients.py [--rounds 15] [--clients 20] [--profile] [--flower_python PYTHON]
+
+Flower pins its own Ray: install it in a venv of its own (`pip install -e . "flwr[simulation]==1.42.0"`) and pass
+that venv's python.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ import argparse
 import contextlib
 import cProfile
 import functools
+import json
 import pstats
 import statistics
+import subprocess
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -69,6 +80,35 @@ def federation(args: argparse.Namespace) -> tuple[ClientEnvironment, list[Client
     weights = env.build_model().state_dict()
     chosen = np.random.default_rng(1).choice(len(clients), size=args.clients, replace=False)
     return env, [ClientTask(1, int(c), 1000 + int(c), weights) for c in chosen]
+
+
+def flower_round_seconds(env: ClientEnvironment, args: argparse.Namespace) -> tuple[float, float]:
+    """Flower 1.42 on the same federation (benchmarks/flower_rounds.py in `args.flower_python`, one actor): the
+    median over rounds 2..R of its round time and of its clients' summed fit time in a round."""
+    local = env.local
+    data = {
+        "clients": [(c.train.x, c.train.y) for c in env.data.clients],
+        "test": (env.data.test["d"].x, env.data.test["d"].y),
+        "hidden": [128],
+        "classes": args.classes,
+        "steps": local.steps,
+        "per_round": args.clients,
+        "batch_size": local.batch_size,
+        "lr": local.lr,
+        "momentum": local.momentum,
+        "weight_decay": local.weight_decay,
+        "seed": 0,
+        "learnable": False,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(data, f"{tmp}/data.pt")
+        script = Path(__file__).resolve().parent / "flower_rounds.py"
+        cmd = [args.flower_python, str(script), "--data", f"{tmp}/data.pt", "--rounds", str(args.rounds)]
+        subprocess.run([*cmd, "--out", f"{tmp}/out.json", "--parallel", "1"], check=True)
+        out = json.loads(Path(f"{tmp}/out.json").read_text())
+    later = slice(1, None) if len(out["round_seconds"]) > 1 else slice(None)
+    fits = [sum(round_fits) for round_fits in out["client_fit_seconds"]]
+    return statistics.median(out["round_seconds"][later]), statistics.median(fits[later])
 
 
 def plain_client(env: ClientEnvironment, task: ClientTask) -> dict[str, torch.Tensor]:
@@ -131,6 +171,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch_size", type=int, default=32)
     ap.add_argument("--profile", action="store_true", help="also print cProfile's top functions of 3 rounds")
+    ap.add_argument("--flower_python", help="a python with flwr[simulation] 1.42 (and flsuite): Flower beside them")
     args = ap.parse_args()
     torch.set_num_threads(1)
     env, tasks = federation(args)
@@ -161,6 +202,13 @@ def main() -> None:
     for name in runners:
         t = statistics.median(times[name])
         print(f"{name:<10}{1000 * t:>12.1f}{1000 * t / args.clients:>14.2f}{t / ref:>9.2f}")
+    if args.flower_python:
+        flower_round, flower_fits = flower_round_seconds(env, args)
+        print(
+            f"{'Flower':<10}{1000 * flower_round:>12.1f}{1000 * flower_round / args.clients:>14.2f}"
+            f"{flower_round / ref:>9.2f}  (its clients' fits alone: {1000 * flower_fits:.1f} ms a round,"
+            f" {flower_fits / ref:.2f} x plain)"
+        )
 
     fits = args.rounds * args.clients
     with Parts() as parts:
