@@ -3,8 +3,10 @@
     python benchmarks/startup.py [--before DIR] [--reps 5] [--features CONFIG]
 
 Every command runs in a fresh process through the console script beside this Python (`<venv>/bin/flsuite`), as a
-user types it. "after" is the installed flsuite; "before" is the same console script with `PYTHONPATH=DIR`, a source
-tree of an earlier version (`git archive <rev> | tar -x -C DIR`), which Python then imports instead. One untimed run of
+user types it. "after" is the installed flsuite; "before" is, with `PYTHONPATH=DIR`, a source tree of an earlier
+version (`git archive <rev> | tar -x -C DIR`, or a worktree), which Python then imports instead, through what that
+version's console script ran (its pyproject.toml's `flsuite = "module:function"`, called as the script calls it: the
+entry point moved from `flsuite.cli:main` to `flsuite.cli:command`). One untimed run of
 each command and side comes first: it fills `fit --help`'s cached text and the feature cache's index, as any earlier
 use would, and warms the page cache. Then `--reps` rounds, each running every command on both sides in turn. Prints
 a Markdown table of every time and the median, with the load average before and after.
@@ -18,18 +20,29 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 SCRIPT = Path(sys.executable).parent / "flsuite"
 
 
+def console_script(tree: Path) -> list[str]:
+    """What the `flsuite` console script of the version in `tree` runs: its entry point, called as the script does."""
+    entry = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["scripts"]["flsuite"]
+    module, function = entry.split(":")
+    call = f"import sys; from {module} import {function}; sys.argv[0] = 'flsuite'; sys.exit({function}())"
+    return [sys.executable, "-P", "-c", call]  # -P: not the working directory first (PYTHONPATH's tree is)
+
+
 def timed(argv: list[str], pythonpath: Path | None) -> float:
     """Seconds one `flsuite ARGV` takes, start to exit (output discarded); a failing command stops the benchmark."""
     env = dict(os.environ)
+    script = [str(SCRIPT)]
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
+        script = console_script(pythonpath)
     start = time.perf_counter()
-    subprocess.run([str(SCRIPT), *argv], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([*script, *argv], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
