@@ -13,7 +13,8 @@
 # Both trees read the data under $FLSUITE_DATA (default: this checkout, whose configs name ../shared/data) and share
 # the feature cache under $FLSUITE_CACHE (default: OUT_DIR). One untimed round first runs every side once (it fills
 # the cache, and each tree's own cache records such as the cache index). Prints one line per measurement and the
-# medians; the runs go under OUT_DIR/runs-<side>, removed before each measurement.
+# medians, then each run's metrics.jsonl md5 on both sides (the last measurement's runs: FedEGG's in each tree's
+# runs/fedegg/table, FKPL's under OUT_DIR/runs-<side>; each removed before its study's next measurement).
 set -euo pipefail
 before=$(cd "${1:?usage: study_wall.sh BEFORE_TREE AFTER_TREE OUT_DIR [REPS]}" && pwd)
 after=$(cd "${2:?usage: study_wall.sh BEFORE_TREE AFTER_TREE OUT_DIR [REPS]}" && pwd)
@@ -27,8 +28,10 @@ f.run("table", "dir0.1", "FedAvg", [], 0); f.run("table", "dir0.1", "FedAvg + LH
 
 measure() {  # side tree study -> prints the wall seconds
     local side=$1 tree=$2 study=$3 runs="$out/runs-$1" start
-    rm -rf "$runs" "$tree/runs/fedegg/table"
-    mkdir -p "$runs"
+    case $study in
+        fedegg) rm -rf "$tree/runs/fedegg/table" ;;
+        fkpl) rm -rf "$runs" && mkdir -p "$runs" ;;
+    esac
     start=$(date +%s.%N)
     (
         cd "$tree"
@@ -68,4 +71,12 @@ study, rest = sys.argv[1], sys.argv[2:]
 before, after = (statistics.median(map(float, part.split())) for part in " ".join(rest).split("/"))
 print(f"{study}: before median {before:.1f} s, after median {after:.1f} s, before / after {before / after:.2f}")
 EOF
+done
+for side in before after; do
+    tree=$before; [[ $side == after ]] && tree=$after
+    for f in $(cd "$tree/runs/fedegg" && find table -name metrics.jsonl | sort) \
+        $(cd "$out/runs-$side" && find . -name metrics.jsonl | sort); do
+        [[ -f $tree/runs/fedegg/$f ]] && path=$tree/runs/fedegg/$f || path=$out/runs-$side/$f
+        echo "metrics.jsonl $side $(md5sum <"$path" | cut -c1-8) ${f#./}"
+    done
 done
