@@ -6,8 +6,11 @@ Decisions:
   git commit of the checkout the package is imported from and whether that tree has uncommitted changes, plus, when
   it has, a fingerprint of those changes (`uncommitted`: sha256 over the path and content of every changed, deleted
   or untracked, not ignored, file). Changes under `docs/` (`NOT_CODE`) are not code: a study writes its table
-  there, and before this one study's table made the next study in the same checkout rerun every run it shared. One
-  `git status` call, once per process (the code a process runs is the code it imported at start). The commit is
+  there, and before this one study's table made the next study in the same checkout rerun every run it shared. A
+  virtual environment inside the checkout (a folder holding `pyvenv.cfg`, such as the README's `.venv`, where it is
+  not ignored) is not code either: the run records its packages' versions itself, and fingerprinting one read every
+  installed file (6.4 GB, ~9 s per process, and every run "dirty"). One `git status` call, once per process (the code
+  a process runs is the code it imported at start). The commit is
   null (and no error) when the package is not imported from a git checkout (an installed wheel), when git is
   missing, or when git fails.
 """
@@ -82,7 +85,8 @@ def git_state(root: Path) -> tuple[str | None, str | None]:
         i += 1
     if commit is None:
         return None, None
-    changed = [path for path in changed if not path.startswith(NOT_CODE)]
+    venvs = tuple(path.removesuffix("pyvenv.cfg") for path in changed if path.endswith("/pyvenv.cfg"))
+    changed = [path for path in changed if not path.startswith(NOT_CODE) and not (venvs and path.startswith(venvs))]
     return commit, (_fingerprint(root, changed) if changed else None)
 
 

@@ -86,6 +86,33 @@ def test_uncommitted_changes_are_fingerprinted_by_content(tmp_path: Path):
     assert git_state(repo)[1] is not None
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_virtual_environment_inside_the_checkout_is_not_code_and_is_not_read(tmp_path: Path, monkeypatch):
+    """A venv made inside the checkout and not ignored (any name: a folder holding pyvenv.cfg, at any depth) leaves
+    the tree clean and none of its files is read; an untracked file beside it still counts."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git(repo, "add", "a.py")
+    git(repo, "commit", "-q", "-m", "one")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    for venv in (repo / "env", repo / "tools" / "venv-3.11"):
+        (venv / "lib" / "site-packages" / "pkg").mkdir(parents=True)
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (venv / "lib" / "site-packages" / "pkg" / "big.py").write_text("# installed\n")
+    read = Path.read_bytes
+
+    def no_venv_reads(path: Path) -> bytes:
+        assert "site-packages" not in str(path) and path.name != "pyvenv.cfg", f"read {path}"
+        return read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", no_venv_reads)
+    assert git_state(repo) == (head, None)
+    (repo / "envy.py").write_text("y = 1\n")  # a file whose name only starts like the venv's folder is code
+    assert git_state(repo)[1] is not None
+
+
 def test_outside_a_git_checkout_the_commit_is_null_and_nothing_fails(tmp_path: Path, monkeypatch):
     """The package copied to a folder that is no checkout (as a wheel installs it) and imported from there."""
     site = tmp_path / "site"
