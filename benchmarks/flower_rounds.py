@@ -121,27 +121,20 @@ def local_train(
         model.parameters(), lr=data["lr"], momentum=data["momentum"], weight_decay=data["weight_decay"]
     )
     batch_size, steps = int(data["batch_size"]), data.get("steps")
-    batches: list[torch.Tensor] = []
-    for _ in range(int(data.get("epochs", 1)) if steps is None else int(steps)):
-        order = torch.randperm(len(y), generator=generator)
-        batches += [order[start : start + batch_size] for start in range(0, len(y), batch_size)]
-        if steps is None:
-            continue
-        if len(batches) >= int(steps):
-            break
-    if steps is not None:
-        batches = batches[: int(steps)]
     per_epoch = -(-len(y) // batch_size)
-    last = batches[-per_epoch:] if steps is None else batches
-    total, seen = 0.0, 0
-    for i, idx in enumerate(batches):
+    total = int(steps) if steps is not None else int(data["epochs"]) * per_epoch
+    batches: list[torch.Tensor] = []
+    while len(batches) < total:  # one shuffled order per pass over the data
+        batches += torch.randperm(len(y), generator=generator).split(batch_size)
+    losses = []
+    for idx in batches[:total]:
         loss = F.cross_entropy(model(x[idx]), y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if i >= len(batches) - len(last):
-            total, seen = total + loss.item() * len(idx), seen + len(idx)
-    return total / seen
+        losses.append((loss.item() * len(idx), len(idx)))
+    reported = losses if steps is not None else losses[-per_epoch:]
+    return sum(s for s, _ in reported) / sum(n for _, n in reported)
 
 
 client_app = ClientApp()

@@ -9,7 +9,7 @@ The features are random (the fit's cost does not depend on their values; the sam
 momentum 0.9) at batch 64, FKPL's defaults, one thread. Sides:
   before    TREE's `fit_head` (flsuite/methods/fkpl/head.py, or fkpl_calibrate.py before the FKPL package), run with
             TREE first on sys.path,
-  fresh     this tree's server fit with a fresh gather per epoch (`EpochBatches(reuse=False)`),
+  fresh     this tree's `fit_head` with a fresh gather per epoch (its `EpochBatches` without `reuse`),
   after     this tree's `fit_head` (streamed batches: each gathered when read, `EpochBatches(reuse=True)`).
 Prints seconds per epoch (median over reps), the 200-epoch extrapolation (FKPL's head_epochs), each side's ratio to the
 first, and the largest weight difference from the first side's head (0: the same head bit for bit).
@@ -54,17 +54,10 @@ def child(args: argparse.Namespace) -> None:
     )
     server = Server(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
     settings = SimpleNamespace(head_epochs=args.epochs, head_batch_size=64, head_lr=0.01, head_momentum=0.9)
-    if args.side == "fresh":  # fit_head's fit, with the epoch gathers of before the streamed batches
-        from flsuite.federation.task import LocalTraining
-        from flsuite.models.heads import Linear
+    if args.side == "fresh":  # fit_head itself, with one gather per epoch (its batches without `reuse`)
+        import flsuite.methods.fkpl.head as head_module
 
-        def fit_head(server, split, classes, settings, purpose):  # type: ignore[no-redef]
-            local = LocalTraining(epochs=settings.head_epochs, batch_size=64, lr=0.01, momentum=0.9, weight_decay=0.0)
-            torch.manual_seed(server.seed_for(f"{purpose}/init"))
-            model = Linear().build(tuple(split.x.shape[1:]), classes)
-            batches = EpochBatches(split, 64, server.generator(f"{purpose}/batches"), epochs=settings.head_epochs)
-            server.train(model, batches, local, purpose)
-            return {"weight": model.state_dict()["1.weight"], "bias": model.state_dict()["1.bias"]}, 0.0
+        head_module.EpochBatches = lambda *a, **k: EpochBatches(*a, **{**k, "reuse": False})  # type: ignore[assignment]
 
     start = time.perf_counter()
     head, _ = fit_head(server, split, args.classes, settings, "fkpl/head")

@@ -86,7 +86,7 @@ def git_state(root: Path) -> tuple[str | None, str | None]:
     if commit is None:
         return None, None
     venvs = tuple(path.removesuffix("pyvenv.cfg") for path in changed if path.endswith("/pyvenv.cfg"))
-    changed = [path for path in changed if not path.startswith(NOT_CODE) and not (venvs and path.startswith(venvs))]
+    changed = [path for path in changed if not path.startswith(NOT_CODE) and not path.startswith(venvs)]
     return commit, (_fingerprint(root, changed) if changed else None)
 
 

@@ -39,6 +39,17 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
+def committed_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A git repository holding one committed file, a.py, and its HEAD commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git(repo, "add", "a.py")
+    git(repo, "commit", "-q", "-m", "one")
+    return repo, git(repo, "rev-parse", "HEAD").strip()
+
+
 @pytest.mark.skipif(
     shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and this checkout's .git"
 )
@@ -55,13 +66,7 @@ def test_the_checkout_records_its_head_commit():
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_uncommitted_changes_are_fingerprinted_by_content(tmp_path: Path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    git(repo, "add", "a.py")
-    git(repo, "commit", "-q", "-m", "one")
-    head = git(repo, "rev-parse", "HEAD").strip()
+    repo, head = committed_repo(tmp_path)
     assert git_state(repo) == (head, None)  # clean
     (repo / "a.py").write_text("x = 2\n")
     first = git_state(repo)
@@ -90,13 +95,7 @@ def test_uncommitted_changes_are_fingerprinted_by_content(tmp_path: Path):
 def test_a_virtual_environment_inside_the_checkout_is_not_code_and_is_not_read(tmp_path: Path, monkeypatch):
     """A venv made inside the checkout and not ignored (any name: a folder holding pyvenv.cfg, at any depth) leaves
     the tree clean and none of its files is read; an untracked file beside it still counts."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    git(repo, "add", "a.py")
-    git(repo, "commit", "-q", "-m", "one")
-    head = git(repo, "rev-parse", "HEAD").strip()
+    repo, head = committed_repo(tmp_path)
     for venv in (repo / "env", repo / "tools" / "venv-3.11"):
         (venv / "lib" / "site-packages" / "pkg").mkdir(parents=True)
         (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")

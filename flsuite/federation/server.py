@@ -82,10 +82,10 @@ class RoundServer:
         Streamed batches (`EpochBatches(reuse=True)`) are gathered fresh for any loop but the lean one on the CPU.
         Returns the fit's statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
-        lean = runs_without_a_trainer(local.loop, self.accelerator) and local.loop != "compiled"
-        if batches.reuse and not lean:  # streamed batches serve the lean loop only, which reads each once
+        without_trainer = runs_without_a_trainer(local.loop, self.accelerator)
+        if batches.reuse and not (without_trainer and local.loop != "compiled"):  # streamed: the lean loop only
             batches = batches.fresh()
-        if not runs_without_a_trainer(local.loop, self.accelerator):  # `fit`'s Trainer: 32-bit on `accelerator`
+        if not without_trainer:  # `fit`'s Trainer: 32-bit on `accelerator`
             from flsuite.federation.local.trainer import LocalFit
 
             fit = LocalFit(client)
