@@ -4,6 +4,7 @@ processes), the FLOPs it decides by, what a run applies and records, and a study
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -249,10 +250,10 @@ def test_streamed_epoch_batches_hold_each_batchs_fresh_values_in_one_buffer(drop
         EpochBatches(split, 16, torch.Generator(), steps=5, reuse=True)
 
 
-def test_a_server_fit_streams_batches_to_the_lean_loop_only_and_trains_the_same_head(monkeypatch):
-    """RoundServer.train hands `reuse=True` batches to the lean loop as streamed epochs, and the head is the fresh
-    gathers' bit for bit; any other loop gets fresh gathers (the compiled loop keeps an epoch's batches: streamed
-    ones would all be the last one read)."""
+def test_a_server_fit_streams_batches_to_the_cpu_loops_and_trains_the_same_head(monkeypatch):
+    """RoundServer.train hands `reuse=True` batches to the lean and compiled loops on the CPU as streamed epochs, and
+    the lean head is the fresh gathers' bit for bit; the standard loop (Lightning keeps and moves an epoch's batches)
+    gets fresh gathers. The compiled loop's reading of them: tests/federation/local/test_compiled.py."""
     from flsuite.data.base import EpochBatches, StreamedEpoch
     from flsuite.federation import server as server_module
     from flsuite.federation.local.loops import ClientFit
@@ -282,10 +283,50 @@ def test_a_server_fit_streams_batches_to_the_lean_loop_only_and_trains_the_same_
     streamed, fresh = train(True, "lean"), train(False, "lean")
     assert kinds == [StreamedEpoch] * 3 + [list] * 3
     assert all(torch.equal(streamed[k], fresh[k]) for k in fresh)
-    handed = []
-    monkeypatch.setattr(server_module, "run_fit", lambda fit, batches, *a, **k: handed.append(next(iter(batches))))
-    train(True, "compiled")  # the stub trains nothing: what it was handed is checked
-    assert [type(epoch) for epoch in handed] == [list]
+    handed: dict[str, type] = {}  # the stubs train nothing: what each loop was handed is checked
+    monkeypatch.setattr(
+        server_module, "run_fit", lambda fit, batches, *a, **k: handed.update(cpu=type(next(iter(batches))))
+    )
+    monkeypatch.setattr(
+        RoundServer, "fit", lambda self, module, batches, purpose: handed.update(trainer=type(next(iter(batches))))
+    )
+    train(True, "compiled")
+    train(True, "standard")
+    assert handed == {"cpu": StreamedEpoch, "trainer": list}
+
+
+@pytest.mark.parametrize(
+    ("pays_from", "shape", "loop"),
+    [(15, (8,), "compiled"), (16, (8,), "lean"), (15, (1, 8, 8), "lean")],
+    ids=["enough steps", "too few steps", "image inputs"],
+)
+def test_a_server_fit_on_auto_takes_the_loop_a_run_would_and_logs_a_compiled_one(
+    monkeypatch, caplog, pays_from, shape, loop
+):
+    """`local.loop: auto` on a server fit is decided for that fit by the clients' rule (`choose_loop`): compiled for a
+    head on feature vectors with plain SGD and at least COMPILE_PAYS_FROM_STEPS steps (here 3 epochs of 5 batches:
+    15), else lean; a compiled choice is logged with the fit's purpose."""
+    from flsuite.data.base import EpochBatches, Split
+    from flsuite.federation import server as server_module
+    from flsuite.federation.local import choice
+    from flsuite.federation.server import RoundServer
+    from flsuite.federation.task import LocalTraining
+    from flsuite.models.heads import Linear
+
+    monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", pays_from)
+    loops: list[str] = []
+    monkeypatch.setattr(server_module, "run_fit", lambda fit, *a, **k: loops.append(fit.client.local.loop))
+    split = Split(torch.zeros(70, *shape), torch.zeros(70, dtype=torch.long))
+    server = RoundServer(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
+    local = LocalTraining(epochs=3, batch_size=16, lr=0.1, momentum=0.9, weight_decay=0.0)
+    with caplog.at_level(logging.INFO, logger="flsuite.federation.server"):
+        server.train(
+            Linear().build(shape, 10), EpochBatches(split, 16, torch.Generator(), epochs=3, reuse=True), local, "head"
+        )
+    assert loops == [loop]
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    expected = "server fit head: local.loop auto -> compiled: a head on feature vectors, plain SGD, ~15 local steps"
+    assert logged == ([f"{expected} per process (>= 15)"] if loop == "compiled" else [])
 
 
 def test_client_fit_equals_a_hand_written_loop_bit_for_bit():

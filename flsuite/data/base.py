@@ -130,11 +130,12 @@ class EpochBatches:
     a single "epoch" of exactly `steps` batches is produced, reshuffling whenever the data runs out.
 
     With `reuse`, an epoch is a `StreamedEpoch`: each batch is gathered when it is read, into one batch-sized buffer,
-    so a batch is overwritten when the next is read. For the lean loop on the CPU, which reads each batch once and is
-    done with it before the next (`RoundServer.train` gives other loops fresh gathers), over a split large enough that
-    an epoch's gather costs more than its steps: a batch read while it is in the cache instead of a 1.3 GB gather an
-    epoch (FKPL's server head: docs/performance.md, "Server fits"). Without `steps` only; the values are the same as
-    without it.
+    so a batch is overwritten when the next is read. For the lean and compiled loops on the CPU (the lean loop reads
+    each batch once and is done with it before the next; the compiled one gathers its runs of full batches by their
+    rows inside the scan: `StreamedEpoch.batches`; `RoundServer.train` gives other loops fresh gathers), over a split
+    large enough that an epoch's gather costs more than its steps: a batch read while it is in the cache instead of a
+    1.3 GB gather an epoch (FKPL's server head: docs/performance.md, "Server fits"). Without `steps` only; the values
+    are the same as without it.
     """
 
     def __init__(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -25,6 +26,7 @@ from torch import nn
 from flsuite import progress
 from flsuite.data.base import DataSource, EpochBatches, FederatedData, Split
 from flsuite.federation.fit_statistics import FitStatistics
+from flsuite.federation.local.choice import choose_loop, resolved
 from flsuite.federation.local.loops import ClientFit, run_fit, runs_without_a_trainer
 from flsuite.federation.method import ClientModule, NoSettings
 from flsuite.federation.query import ClientQuery, QueryOutcome
@@ -48,6 +50,8 @@ __all__ = ["PublicData", "RoundServer", "ServerFinetune", "ServerStep", "StepRun
 
 #: The client id of the server's own supervised fits (`RoundServer.train`).
 SERVER = -1
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -77,13 +81,29 @@ class RoundServer:
         return model
 
     def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> FitStatistics:
-        """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' lean loop
-        over `batches` (on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose` as `fit`.
-        Streamed batches (`EpochBatches(reuse=True)`) are gathered fresh for any loop but the lean one on the CPU.
-        Returns the fit's statistics (`mean_loss`, `num_steps`)."""
+        """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' loops over
+        `batches` (lean or compiled on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose`
+        as `fit`. `local.loop: auto` is decided for this one fit as a run decides its clients' loop
+        (`flsuite.federation.local.choice.choose_loop`: compiled for a head on feature vectors with plain SGD and
+        enough steps to pay a compilation; logged when compiled). Streamed batches (`EpochBatches(reuse=True)`) go to
+        the lean and compiled loops on the CPU as they are, to any other loop as fresh gathers. Returns the fit's
+        statistics (`mean_loss`, `num_steps`)."""
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
+        if local.loop == "auto":
+            choice = choose_loop(
+                local,
+                batches.split.x.shape[1:],
+                client.step_hooks,
+                [len(batches.split)],
+                clients_per_round=1,
+                rounds=1,
+                processes=1,
+                compiled_pays=client.compiled_pays,
+            )
+            (log.info if choice.loop == "compiled" else log.debug)("server fit %s: %s", purpose, choice.log_line())
+            client.local = local = resolved(local, choice)
         without_trainer = runs_without_a_trainer(local.loop, self.accelerator)
-        if batches.reuse and not (without_trainer and local.loop != "compiled"):  # streamed: the lean loop only
+        if batches.reuse and not without_trainer:  # streamed: for the loops that read each batch once, on the CPU
             batches = batches.fresh()
         if not without_trainer:  # `fit`'s Trainer: 32-bit on `accelerator`
             from flsuite.federation.local.trainer import LocalFit

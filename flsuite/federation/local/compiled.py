@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from flsuite.data.base import StreamedEpoch
 from flsuite.federation.local.dynamo import (
     CAPTURE_ERRORS,
     Layout,
@@ -74,6 +75,34 @@ def _sgd_steps(
 
     (rule = (μ, τ, λ, nesterov, maximize); no buffers when μ = 0). Returns the parameters, buffers, the last step's
     g (what `.grad` holds after it), the t losses and the t steps' statistics (stacked)."""
+    step = _sgd_step(loss_module, offsets, lr, rule)
+    return _scanned(step, params, buffers, (xs, ys))
+
+
+def _gathered_sgd_steps(
+    loss_module: _LocalLoss,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    offsets: dict[str, torch.Tensor],
+    lr: torch.Tensor,
+    rule: tuple[float, float, float, bool, bool],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: torch.Tensor,
+):
+    """`_sgd_steps` on a streamed epoch (`flsuite.data.base.StreamedEpoch`): the t-th batch is (x[rows[t]],
+    y[rows[t]]), gathered inside the scan's step, so the run of batches is never stacked (FKPL's server head: 83,000
+    × 3840 features, a 1.3 GB copy an epoch; docs/performance.md, "Server fits")."""
+    step = _sgd_step(loss_module, offsets, lr, rule)
+
+    def gathered(carry, batch_rows):
+        return step(carry, (x[batch_rows], y[batch_rows]))
+
+    return _scanned(gathered, params, buffers, rows)
+
+
+def _sgd_step(loss_module: _LocalLoss, offsets: dict[str, torch.Tensor], lr: torch.Tensor, rule) -> Callable:
+    """The scan's body of `_sgd_steps`: (carry, (x, y)) → (carry, (loss, statistics)), carry = (θ, b, g)."""
     momentum, dampening, weight_decay, nesterov, maximize = rule
     grad_and_value = _loss_grad_and_value(loss_module)
 
@@ -93,9 +122,14 @@ def _sgd_steps(
         # a scan's outputs may not alias its inputs (a statistic can be the batch's labels): copies
         return (new_p, new_b, grads), (value, {k: v.clone() for k, v in statistics.items()})
 
+    return step
+
+
+def _scanned(step: Callable, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], xs):
+    """`step` scanned over `xs` from (params, buffers, zero gradients): (params, buffers, grads, losses, statistics)."""
     init = (params, buffers, {n: torch.zeros_like(w) for n, w in params.items()})
     assert scan is not None, "only called where scans_sgd holds, which needs torch's scan"
-    (params, buffers, grads), (losses, statistics) = scan(step, init, (xs, ys))
+    (params, buffers, grads), (losses, statistics) = scan(step, init, xs)
     return params, buffers, grads, losses, statistics
 
 
@@ -108,6 +142,12 @@ def compiled_sgd_steps(layout: Layout) -> Callable:
     """`_sgd_steps` compiled, one function per client class and parameter layout, kept for the process. The number
     of steps is a dynamic dimension (`mark_dynamic` on the stacked batches): one graph for every run length."""
     return compiled_copy(_sgd_steps, layout, compiled_sgd_steps.cache_info().currsize)
+
+
+@functools.cache
+def compiled_gathered_sgd_steps(layout: Layout) -> Callable:
+    """`_gathered_sgd_steps` compiled, as `compiled_sgd_steps` (the run length and the source's rows dynamic)."""
+    return compiled_copy(_gathered_sgd_steps, layout, compiled_gathered_sgd_steps.cache_info().currsize)
 
 
 def scans_sgd(client: ClientModule, optimizer: torch.optim.Optimizer) -> bool:
@@ -163,16 +203,21 @@ class CompiledSteps:
         batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
         one_step: Callable[[torch.Tensor, torch.Tensor, Callable], torch.Tensor],
     ) -> list[torch.Tensor]:
-        """Train on `batches`; `one_step(x, y, backward)` is the lean loop's step with a given backward. Returns the
-        losses, in step order, as 1-d tensors."""
+        """Train on `batches` (a list of batches, or a `StreamedEpoch`: its runs of full batches are gathered inside
+        the scan, its other batches read one at a time); `one_step(x, y, backward)` is the lean loop's step with a
+        given backward. Returns the losses, in step order, as 1-d tensors."""
+        if isinstance(batches, StreamedEpoch):
+            sizes = [len(rows) for rows in batches.batches]
+        else:
+            sizes = [len(y) for _, y in batches]
         losses, i, full = [], 0, self.backward.full_batch
         while i < len(batches):
             end = i
             if self.scanning:
-                while end < len(batches) and len(batches[end][1]) == full:
+                while end < len(batches) and sizes[end] == full:
                     end += 1
             if end - i >= 2:
-                scanned = self._scan(batches[i:end])
+                scanned = self._scan(batches, i, end)
                 if scanned is not None:
                     losses.append(scanned)
                     i = end
@@ -184,15 +229,21 @@ class CompiledSteps:
             i += 1
         return losses
 
-    def _scan(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
-        """The steps on `batches` as one call; None (and this fit, and every later one of its layout, steps one
-        compiled call per batch) if dynamo cannot capture the loss inside a scan (e.g. boolean-mask indexing: a
-        shape that depends on the data)."""
+    def _scan(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], start: int, stop: int) -> torch.Tensor | None:
+        """The steps on batches[start:stop] as one call; None (and this fit, and every later one of its layout,
+        steps one compiled call per batch) if dynamo cannot capture the loss inside a scan (e.g. boolean-mask
+        indexing: a shape that depends on the data)."""
         reached, state, layout = self.backward.reached, self.optimizer.state, self.backward.layout
         group = self.optimizer.param_groups[0]
-        xs, ys = stacked([x for x, _ in batches]), stacked([y for _, y in batches])
-        torch._dynamo.mark_dynamic(xs, 0)
-        torch._dynamo.mark_dynamic(ys, 0)
+        data: tuple[torch.Tensor, ...]
+        if isinstance(batches, StreamedEpoch):  # the rows of each batch; gathered inside the scan
+            steps = compiled_gathered_sgd_steps(layout)
+            data = (batches.split.x, batches.split.y, torch.stack(list(batches.batches[start:stop])))
+        else:
+            steps = compiled_sgd_steps(layout)
+            data = (stacked([x for x, _ in batches[start:stop]]), stacked([y for _, y in batches[start:stop]]))
+        for tensor in data:  # one graph for any run length (and any source size)
+            torch._dynamo.mark_dynamic(tensor, 0)
         momentum = group["momentum"]
         params = {n: p.detach() for n, p in reached}
         buffers = {n: state[p]["momentum_buffer"] for n, p in reached} if momentum != 0 else {}
@@ -201,8 +252,8 @@ class CompiledSteps:
         rule = (momentum, group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"])
         lr = torch.tensor(group["lr"], dtype=reached[0][1].dtype, device=reached[0][1].device)
         try:
-            params, buffers, grads, losses, statistics = compiled_sgd_steps(layout)(
-                self.backward.loss_module, params, buffers, offsets, lr, rule, xs, ys
+            params, buffers, grads, losses, statistics = steps(
+                self.backward.loss_module, params, buffers, offsets, lr, rule, *data
             )
         except CAPTURE_ERRORS as e:
             _UNSCANNED.add(layout)
@@ -220,9 +271,9 @@ class CompiledSteps:
                 p.grad = grads[n]
                 if momentum != 0:
                     state[p]["momentum_buffer"].copy_(buffers[n])
-        for t in range(len(batches) if statistics else 0):
+        for t in range(stop - start if statistics else 0):
             gather(self.client, self.fit, {k: v[t] for k, v in statistics.items()})
-        self.fit.num_steps += len(batches)
+        self.fit.num_steps += stop - start
         return losses.detach()
 
 

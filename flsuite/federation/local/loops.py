@@ -85,7 +85,11 @@ class ClientFit:
         if compiled:
             if self._compiled_steps is None:
                 self._compiled_steps = CompiledSteps(client, fit, optimizer)
-            on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in epoch_batches]
+            on_device = (  # on the CPU as they are (a `StreamedEpoch` is read inside the compiled loop)
+                epoch_batches
+                if device.type == "cpu"
+                else [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in epoch_batches]
+            )
             losses = torch.cat(self._compiled_steps.epoch(on_device, one_step)) if on_device else None
         else:
             lean = functools.partial(eager_backward, client, fit)

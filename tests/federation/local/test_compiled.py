@@ -97,7 +97,9 @@ def scanned_calls(monkeypatch) -> list[int]:
     """The lengths of the runs of full batches every fit from here on tries to scan (a failed try included)."""
     calls, scan = [], compiled.CompiledSteps._scan
     monkeypatch.setattr(
-        compiled.CompiledSteps, "_scan", lambda self, batches: calls.append(len(batches)) or scan(self, batches)
+        compiled.CompiledSteps,
+        "_scan",
+        lambda self, batches, start, stop: calls.append(stop - start) or scan(self, batches, start, stop),
     )
     return calls
 
@@ -110,6 +112,35 @@ def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, data, steps
     done = fits("compiled", data=data)
     assert calls == [4, 5, 5] * 2  # two clients
     assert [fit.num_steps for fit in done] == [steps, steps]
+
+
+def test_a_streamed_epoch_is_gathered_inside_the_scan_and_trains_what_fresh_batches_do(monkeypatch):
+    """A server fit on `EpochBatches(reuse=True)` under the compiled loop (FKPL's head): each run of full batches is
+    scanned from its rows, gathered inside the scan (no epoch stacked or read batch by batch); only the eager steps
+    read their batch. The head is the compiled fit on fresh gathers' bit for bit, and the lean fit's up to rounding."""
+    from flsuite.data.base import EpochBatches, StreamedEpoch
+    from flsuite.federation.server import RoundServer
+
+    split = DATA.build(seed=1).clients[0].train  # 44 samples: 5 full batches of 8 and one of 4 an epoch
+    server = RoundServer(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None)
+    reads, read = [], StreamedEpoch.__getitem__
+    monkeypatch.setattr(StreamedEpoch, "__getitem__", lambda self, i: reads.append(i) or read(self, i))
+
+    def head(loop: str, reuse: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(3)
+        model = Linear().build(tuple(split.x.shape[1:]), 3)
+        batches = EpochBatches(split, 8, torch.Generator().manual_seed(1), epochs=3, reuse=reuse)
+        server.train(model, batches, local(loop, batch_size=8, weight_decay=0.0), "head")
+        return model.state_dict()
+
+    calls = scanned_calls(monkeypatch)
+    streamed = head("compiled", reuse=True)
+    assert calls == [4, 5, 5]
+    assert reads == [0, 0, 5, 5, 5]  # the probe and the first step, then each epoch's smaller last batch
+    fresh, lean = head("compiled", reuse=False), head("lean", reuse=True)
+    assert all(torch.equal(streamed[k], fresh[k]) for k in fresh)
+    for k in lean:
+        torch.testing.assert_close(streamed[k], lean[k], rtol=1e-5, atol=1e-6)
 
 
 def test_a_fixed_number_of_steps_across_passes_is_the_lean_fit_up_to_rounding(monkeypatch):
