@@ -17,7 +17,7 @@ import torch
 
 from flsuite.data.builtin import GaussianFeatures
 from flsuite.federation.checkpoint import load_checkpoint
-from flsuite.federation.local import compiled
+from flsuite.federation.local import compiled, scan_steps
 from flsuite.federation.local.client import ClientEnvironment, run_client
 from flsuite.federation.method import ClientModule, HyperParameters
 from flsuite.federation.task import ClientTask, LocalTraining
@@ -283,7 +283,7 @@ def test_scanned_steps_follow_torch_sgd(rule):
         rule.get("nesterov", False),
         rule.get("maximize", False),
     )
-    new, new_buffers, grads, losses, _ = compiled._sgd_steps(
+    new, new_buffers, grads, losses, _ = scan_steps._sgd_steps(
         loss_module, params, buffers, offsets, torch.tensor(0.1), spec, xs[1:], ys[1:]
     )
     torch.testing.assert_close(losses, torch.stack([step(x, y) for x, y in zip(xs[1:], ys[1:])]))
@@ -298,16 +298,16 @@ def test_scanned_steps_follow_torch_sgd(rule):
 def test_consecutive_batches_are_stacked_as_a_view_of_their_epoch():
     epoch = torch.arange(40.0).reshape(10, 4)
     batches = list(epoch.split(3))
-    view = compiled.stacked(batches[:3])
+    view = scan_steps.stacked(batches[:3])
     assert view.data_ptr() == epoch.data_ptr() and torch.equal(view, torch.stack(batches[:3]))
-    later = compiled.stacked(batches[1:3])  # not at the start of its storage: a copy
+    later = scan_steps.stacked(batches[1:3])  # not at the start of its storage: a copy
     assert (
         later.data_ptr() != epoch.data_ptr()
         and later.storage_offset() == 0
         and torch.equal(later, torch.stack(batches[1:3]))
     )
     apart = [torch.ones(3, 4), torch.zeros(3, 4)]
-    assert torch.equal(compiled.stacked(apart), torch.stack(apart))
+    assert torch.equal(scan_steps.stacked(apart), torch.stack(apart))
 
 
 def test_compiled_fits_repeat_to_the_bit():
@@ -382,7 +382,7 @@ def test_each_client_class_compiles_on_its_own_budget():
     full batches (the first epoch and the others) share one scanned graph, and an epoch's smaller last batch (44
     samples at batch 8) needs no second graph."""
     torch._dynamo.reset()  # as in a new process: earlier tests compiled these layouts at other batch sizes and
-    compiled.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
+    scan_steps.compiled_sgd_steps.cache_clear()  # thread counts (a guard), and would need a second graph here
     compiled.compiled_loss_and_grads.cache_clear()
     fits("compiled")
     fits("compiled", method=FedProx(mu=0.5))
@@ -396,7 +396,7 @@ def test_a_learning_rate_schedule_needs_no_new_graph(tmp_path, monkeypatch):
     """The scanned steps take the group's lr as a tensor, read at every call: a schedule over rounds (0.1 in round 1,
     0.01 from round 2) trains as the lean loop does, with one graph (a constant lr would need one per value)."""
     torch._dynamo.reset()
-    compiled.compiled_sgd_steps.cache_clear()
+    scan_steps.compiled_sgd_steps.cache_clear()
     compiled.compiled_loss_and_grads.cache_clear()
     calls = scanned_calls(monkeypatch)
     runs = {}
@@ -511,7 +511,7 @@ def test_fedgens_round_decayed_weights_need_no_graph_per_round(tmp_path):
     floats they were graph constants: a graph a round, and the run failed at the limit. (Its generator draws make the
     compiled run another sample of the lean one, not its copy to rounding.)"""
     torch._dynamo.reset()
-    compiled.compiled_sgd_steps.cache_clear()
+    scan_steps.compiled_sgd_steps.cache_clear()
     compiled.compiled_loss_and_grads.cache_clear()
     federation(tmp_path, "compiled", rounds=6, method=FedGen(alpha=2.0, beta=3.0, decay=0.5)).fit()
     rounds = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
