@@ -3,8 +3,9 @@ with `torch.load(weights_only=True)` (no arbitrary unpickling).
 
 Randomness is derived from (seed, round, client, purpose), so no RNG state needs saving: the round number is enough.
 Client states are not in the checkpoint file itself but one file per client beside it, written when they change
-(`flsuite.federation.client_states`); the checkpoint names them. The state itself: `flsuite.federation.state`.
-Format 4 writes the engine's bookkeeping under keys of its own; formats 1–3 still load (`READABLE_FORMATS`).
+(`flsuite.federation.client_states`); what phases published and once-only query answers are one file each, written
+once (`flsuite.federation.written_once`); the checkpoint names them. The state itself: `flsuite.federation.state`.
+Format 5 writes published outputs and answers to their own files; formats 1–4 still load (`READABLE_FORMATS`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ import torch
 from flsuite.federation.client_states import ClientStates
 from flsuite.federation.local.choice import LoopChoice
 from flsuite.federation.state import FederationState, QueryAnswer, QueryTotals
+from flsuite.federation.written_once import read
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: Formats this version reads (1: before protocols of phases, such a checkpoint is phase 0 of the default protocol;
 #: 2: every client's state inside the checkpoint file; 3: the engine's bookkeeping inside `outputs`, see
-#: `split_old_outputs`).
-READABLE_FORMATS = (1, 2, 3, 4)
+#: `split_old_outputs`; 4: published outputs and answers inside the checkpoint file).
+READABLE_FORMATS = (1, 2, 3, 4, 5)
 CHECKPOINT_NAME = "last.pt"
 #: The folder of the client-state files, beside the checkpoint.
 CLIENTS_DIR = "clients"
+#: The folder of the published outputs' and once-only answers' files, beside the checkpoint.
+PARTS_DIR = "parts"
 
 
 class CheckpointError(ValueError):
@@ -38,6 +42,9 @@ def save_checkpoint(state: FederationState, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     root, generation = path.parent / CLIENTS_DIR, state.generation + 1
     files = state.client_states.write_changed(root, generation)
+    parts = path.parent / PARTS_DIR
+    once = _written_once(state)
+    part_files = state.written.write(parts, generation, once, _part_payload)
     payload = {
         "format": FORMAT_VERSION,
         "round": state.round,
@@ -52,18 +59,41 @@ def save_checkpoint(state: FederationState, path: Path) -> None:
         "config_yaml": state.config_yaml,
         "phase": state.phase,
         "step_states": state.step_states,
-        "outputs": state.outputs,
+        "output_files": {name: part_files[_output_key(name)] for name in state.outputs},
         "queries": {name: totals.as_record() for name, totals in state.queries.items()},
         "query_weights": state.query_weights,
         "local_loop": state.local_loop.as_record() if state.local_loop is not None else None,
         "nested": state.nested,
-        "answers": {owner: {key: a.as_record() for key, a in kept.items()} for owner, kept in state.answers.items()},
+        "answer_files": {
+            owner: {key: part_files[_answer_key(owner, key)] for key in kept} for owner, kept in state.answers.items()
+        },
     }
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
     state.client_states.committed(root, files)
+    state.written.committed(parts, once, part_files)
     state.generation = generation
+
+
+def _output_key(name: str) -> str:
+    return f"outputs/{name}"
+
+
+def _answer_key(owner: str, key: str) -> str:
+    return f"answers/{owner}/{key}"
+
+
+def _written_once(state: FederationState) -> dict[str, object]:
+    """The values of `state` that are written once each: published outputs and once-only answers, by file key."""
+    values: dict[str, object] = {_output_key(name): value for name, value in state.outputs.items()}
+    for owner, kept in state.answers.items():
+        values.update({_answer_key(owner, key): answer for key, answer in kept.items()})
+    return values
+
+
+def _part_payload(value: object) -> Any:
+    return value.as_record() if isinstance(value, QueryAnswer) else value
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -105,7 +135,7 @@ def load_checkpoint(path: Path) -> FederationState:
     if payload["format"] < 4:
         outputs, engine = split_old_outputs(outputs)
     loop = engine.get("local_loop")
-    return FederationState(
+    state = FederationState(
         round=int(payload["round"]),
         global_weights=payload["global_weights"],
         server_state=payload["server_state"],
@@ -132,6 +162,21 @@ def load_checkpoint(path: Path) -> FederationState:
             for owner, kept in engine.get("answers", {}).items()
         },
     )
+    if payload["format"] >= 5:
+        _read_parts(state, path.parent / PARTS_DIR, payload)
+    return state
+
+
+def _read_parts(state: FederationState, parts: Path, payload: dict[str, Any]) -> None:
+    """Format 5: the published outputs and once-only answers from their files, each remembered as written (a later
+    checkpoint names the same file)."""
+    for name, file in payload["output_files"].items():
+        state.outputs[name] = read(parts, file)
+        state.written.loaded(parts, _output_key(name), file, state.outputs[name])
+    for owner, files in payload["answer_files"].items():
+        for key, file in files.items():
+            answer = state.answers.setdefault(owner, {})[key] = QueryAnswer(**read(parts, file))
+            state.written.loaded(parts, _answer_key(owner, key), file, answer)
 
 
 #: The keys of a once-only query's answer in formats 1–3 (kept in `outputs[owner][key]`).

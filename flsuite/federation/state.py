@@ -10,6 +10,7 @@ from typing import Any
 from flsuite.federation.client_states import ClientStates
 from flsuite.federation.local.choice import LoopChoice
 from flsuite.federation.task import State, Weights
+from flsuite.federation.written_once import WrittenOnce
 
 
 @dataclass
@@ -78,6 +79,8 @@ class FederationState:
     local_loop: LoopChoice | None = None
     nested: dict[str, str] = field(default_factory=dict)
     answers: dict[str, dict[str, QueryAnswer]] = field(default_factory=dict)
+    #: The files that hold `outputs` and `answers` (each written once: `flsuite.federation.written_once`).
+    written: WrittenOnce = field(default_factory=WrittenOnce, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.client_states, ClientStates):  # a plain mapping: every state given

@@ -1,6 +1,7 @@
 """Checkpoints of every older format still load and resume exactly (flsuite/federation/checkpoint.py). Each older file
-is made from a format-4 checkpoint of a killed run, rewritten into the older layout the way that version wrote it:
+is made from a format-5 checkpoint of a killed run, rewritten into the older layout the way that version wrote it:
 
+- 4: what phases published and once-only answers inside the file (`outputs`, `answers`), no `parts` folder;
 - 3: the engine's bookkeeping inside `outputs` (`"queries"`, `"query_weights"`, `"local_loop"`, a phase's nested
   cursor `outputs[phase]["current"]`, a once-only answer `outputs[owner][key]`);
 - 2: also every client's state inside the file, no W₀, no state files;
@@ -16,7 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from flsuite.federation.checkpoint import CHECKPOINT_NAME, CLIENTS_DIR, load_checkpoint, split_old_outputs
+from flsuite.federation.checkpoint import (
+    CHECKPOINT_NAME,
+    CLIENTS_DIR,
+    PARTS_DIR,
+    load_checkpoint,
+    split_old_outputs,
+)
 from flsuite.federation.phases import Rounds
 from flsuite.interrupts import RunInterrupted
 from flsuite.methods.fkpl.prototypes import VirtualFeatureQuery
@@ -26,6 +33,16 @@ from tests.helpers import head_federation
 from tests.methods.test_fkpl import fkpl_federation
 
 ENGINE_KEYS = ("queries", "query_weights", "local_loop", "nested", "answers")
+
+
+def to_format_4(payload: dict, parts: Path) -> dict:
+    def read(name: str):
+        return torch.load(parts / name, weights_only=True)
+
+    payload["outputs"] = {name: read(file) for name, file in payload.pop("output_files").items()}
+    answers = payload.pop("answer_files")
+    payload["answers"] = {owner: {key: read(file) for key, file in kept.items()} for owner, kept in answers.items()}
+    return {**payload, "format": 4}
 
 
 def to_format_3(payload: dict) -> dict:
@@ -59,15 +76,18 @@ def to_format_1(payload: dict, clients: Path) -> dict:
 
 
 def downgrade(run_dir: Path, fmt: int) -> None:
-    """Rewrite the run's format-4 checkpoint as format `fmt` wrote it."""
+    """Rewrite the run's format-5 checkpoint as format `fmt` wrote it."""
     path = run_dir / "checkpoints" / CHECKPOINT_NAME
-    clients = path.parent / CLIENTS_DIR
-    payload = torch.load(path, weights_only=True)
-    assert payload["format"] == 4
-    old = {3: lambda p: to_format_3(p), 2: lambda p: to_format_2(p, clients), 1: lambda p: to_format_1(p, clients)}[
-        fmt
-    ](payload)
+    clients, parts = path.parent / CLIENTS_DIR, path.parent / PARTS_DIR
+    payload = to_format_4(torch.load(path, weights_only=True), parts)
+    old = {
+        4: lambda p: p,
+        3: lambda p: to_format_3(p),
+        2: lambda p: to_format_2(p, clients),
+        1: lambda p: to_format_1(p, clients),
+    }[fmt](payload)
     torch.save(old, path)
+    shutil.rmtree(parts)
     if fmt < 3:
         shutil.rmtree(clients)
 
@@ -83,7 +103,7 @@ def scaffold_full(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 3])
+@pytest.mark.parametrize("fmt", [1, 2, 3, 4])
 def test_a_default_protocol_checkpoint_of_each_older_format_resumes_exactly(tmp_path, scaffold_full, fmt):
     with pytest.raises(KeyboardInterrupt):
         head_federation(tmp_path, executor=CrashAtRound(3), **SCAFFOLD).fit()
@@ -128,7 +148,7 @@ def kill_fkpl(run_dir: Path, where: str, monkeypatch) -> None:
             fkpl_federation(run_dir).fit()
 
 
-@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("fmt", [2, 3, 4])
 @pytest.mark.parametrize("where", ["experts", "virtual"])
 def test_an_fkpl_checkpoint_of_each_older_format_resumes_exactly(tmp_path, monkeypatch, fkpl_full, fmt, where):
     kill_fkpl(tmp_path, where, monkeypatch)
@@ -180,3 +200,39 @@ def test_the_old_layout_splits_into_what_phases_published_and_the_engine_bookkee
     assert engine["answers"] == {"cluster": {"bases": answer}} and engine["query_weights"] == {0: "abc"}
     assert engine["queries"] == outputs["queries"] and engine["local_loop"] == outputs["local_loop"]
     assert "current" in outputs["experts"]  # the loaded payload is not changed
+
+
+def named_parts(run_dir: Path) -> dict[str, str]:
+    """What the run's checkpoint names: "outputs/<phase>" and "answers/<owner>/<key>" → file."""
+    payload = torch.load(run_dir / "checkpoints" / CHECKPOINT_NAME, weights_only=True)
+    named = {f"outputs/{name}": file for name, file in payload["output_files"].items()}
+    for owner, kept in payload["answer_files"].items():
+        named.update({f"answers/{owner}/{key}": file for key, file in kept.items()})
+    return named
+
+
+def test_published_outputs_and_answers_are_written_once_and_named_by_every_later_checkpoint(tmp_path, fkpl_full):
+    """Format 5: each value a phase published and each once-only answer is written to its own file by the first
+    checkpoint that holds it (its name carries that checkpoint's generation) and named by every later one, also after
+    a resume; the folder holds exactly the files the last checkpoint names; a checkpoint saved elsewhere takes them."""
+    from flsuite.federation.checkpoint import save_checkpoint
+
+    with pytest.MonkeyPatch.context() as patch:
+        kill_fkpl(tmp_path, "virtual", patch)  # Stage 0, the experts and the prototype answer written
+    before = named_parts(tmp_path)
+    fkpl_federation(None).fit(resume=tmp_path)
+    after = named_parts(tmp_path)
+    assert {k: after[k] for k in before} == before  # read back on resume, named again, not rewritten
+    generation = {key: int(file.removesuffix(".pt").rsplit("-", 1)[1]) for key, file in after.items()}
+    order = ["outputs/cluster", *(f"outputs/experts/expert{v}" for v in range(3)), "answers/calibrate/virtual"]
+    assert [generation[k] for k in order] == sorted({generation[k] for k in order})  # each when it first appeared
+    assert max(generation.values()) == load_checkpoint(tmp_path).generation == generation["outputs/calibrate"]
+    parts = tmp_path / "checkpoints" / PARTS_DIR
+    assert sorted(p.name for p in parts.iterdir()) == sorted(after.values())
+    assert (tmp_path / "metrics.jsonl").read_text() == (fkpl_full / "metrics.jsonl").read_text()
+    state, moved = load_checkpoint(tmp_path), tmp_path / "elsewhere" / CHECKPOINT_NAME
+    save_checkpoint(state, moved)
+    assert sorted(p.name for p in (moved.parent / PARTS_DIR).iterdir()) == sorted(after.values())
+    again = load_checkpoint(moved)
+    assert again.outputs.keys() == state.outputs.keys() and again.answers.keys() == state.answers.keys()
+    assert torch.equal(again.outputs["calibrate"]["head"]["weight"], state.outputs["calibrate"]["head"]["weight"])
