@@ -41,7 +41,8 @@ class WrittenOnce:
     ) -> dict[str, str]:
         """Write every value of `values` not written before (`payload(value)` is what is saved) to its own file in
         `root`, atomically, under a name of this `generation`; returns key → the file the checkpoint must name."""
-        root.mkdir(parents=True, exist_ok=True)
+        if values:  # no folder for a run that publishes nothing
+            root.mkdir(parents=True, exist_ok=True)
         moved = self.root is not None and self.root.resolve() != root.resolve()  # a checkpoint written somewhere new
         files: dict[str, str] = {}
         for key, value in values.items():
