@@ -87,7 +87,8 @@ def downgrade(run_dir: Path, fmt: int) -> None:
         1: lambda p: to_format_1(p, clients),
     }[fmt](payload)
     torch.save(old, path)
-    shutil.rmtree(parts)
+    if parts.exists():  # a run that published nothing has none
+        shutil.rmtree(parts)
     if fmt < 3:
         shutil.rmtree(clients)
 
