@@ -114,10 +114,11 @@ def test_runs_of_full_batches_are_one_scanned_call_each(monkeypatch, data, steps
     assert [fit.num_steps for fit in done] == [steps, steps]
 
 
-def test_a_streamed_epoch_is_gathered_inside_the_scan_and_trains_what_fresh_batches_do(monkeypatch):
+def test_a_streamed_epoch_is_gathered_inside_the_scan_and_trains_the_lean_head_to_rounding(monkeypatch):
     """A server fit on `EpochBatches(reuse=True)` under the compiled loop (FKPL's head): each run of full batches is
     scanned from its rows, gathered inside the scan (no epoch stacked or read batch by batch); only the eager steps
-    read their batch. The head is the compiled fit on fresh gathers' bit for bit, and the lean fit's up to rounding."""
+    read their batch. The head is the lean fit's up to rounding. (Not compared with a compiled fit on fresh gathers:
+    that would compile a second graph, ~3 s of the suite; they were the same bit for bit when measured.)"""
     from flsuite.data.base import EpochBatches, StreamedEpoch
     from flsuite.federation.server import RoundServer
 
@@ -137,8 +138,7 @@ def test_a_streamed_epoch_is_gathered_inside_the_scan_and_trains_what_fresh_batc
     streamed = head("compiled", reuse=True)
     assert calls == [4, 5, 5]
     assert reads == [0, 0, 5, 5, 5]  # the probe and the first step, then each epoch's smaller last batch
-    fresh, lean = head("compiled", reuse=False), head("lean", reuse=True)
-    assert all(torch.equal(streamed[k], fresh[k]) for k in fresh)
+    lean = head("lean", reuse=True)
     for k in lean:
         torch.testing.assert_close(streamed[k], lean[k], rtol=1e-5, atol=1e-6)
 
