@@ -150,6 +150,7 @@ class RunContext:
             lambda: spec.build(data.input_shape, data.num_classes),
             self.settings.local.accelerator,
             start_weights,
+            self.state.local_loop.requested if self.state.local_loop is not None else "auto",
         )
 
     # ---- phases ----------------------------------------------------------------------------------------------
