@@ -250,20 +250,16 @@ def test_the_federated_head_control_trains_only_the_head_over_frozen_experts(tmp
     assert all(torch.equal(final[k], enc[k]) for k in enc)  # F unchanged by the federated rounds
 
 
-@pytest.mark.parametrize("run_loop", ["auto", "lean"])
-def test_the_server_head_is_told_the_runs_configured_loop(tmp_path, monkeypatch, run_loop):
-    """The head's fit (`RoundServer.train`) knows the run's `local.loop` as configured, not as chosen (a run on
-    `auto` that chose lean for its clients may still compile a long head; a run set to `lean` keeps it lean)."""
-    import dataclasses
-
+def test_the_server_head_is_told_the_runs_configured_loop(tmp_path, monkeypatch):
+    """The head's fit (`RoundServer.train`) knows the run's `local.loop` as configured, not as chosen: this run on
+    `auto` chose lean for its clients and may still compile a long head (a run set to `lean` keeps it lean:
+    tests/test_runtime.py)."""
     from flsuite.federation.server import RoundServer
 
     seen, train = [], RoundServer.train
     monkeypatch.setattr(RoundServer, "train", lambda self, *a, **k: seen.append(self.loop) or train(self, *a, **k))
-    fed = fkpl_federation(tmp_path)
-    fed.local = dataclasses.replace(fed.local, loop=run_loop)
-    fed.fit()
-    assert seen == [run_loop]
+    fkpl_federation(tmp_path).fit()
+    assert load_checkpoint(tmp_path).local_loop.loop == "lean" and seen == ["auto"]
 
 
 # ---- resume ------------------------------------------------------------------------------------------------------
