@@ -296,22 +296,24 @@ def test_a_server_fit_streams_batches_to_the_cpu_loops_and_trains_the_same_head(
 
 
 @pytest.mark.parametrize(
-    ("pays_from", "shape", "run_loop", "loop"),
+    ("pays_from", "shape", "run_loop", "accelerator", "loop"),
     [
-        (15, (8,), "auto", "compiled"),
-        (15, (8,), "compiled", "compiled"),
-        (16, (8,), "auto", "lean"),
-        (15, (1, 8, 8), "auto", "lean"),
-        (15, (8,), "lean", "lean"),
+        (15, (8,), "auto", "cpu", "compiled"),
+        (15, (8,), "compiled", "cpu", "compiled"),
+        (16, (8,), "auto", "cpu", "lean"),
+        (15, (1, 8, 8), "auto", "cpu", "lean"),
+        (15, (8,), "lean", "cpu", "lean"),
+        (15, (8,), "auto", "cuda", "lean"),
     ],
-    ids=["enough steps", "a compiled run", "too few steps", "image inputs", "a run set to lean"],
+    ids=["enough steps", "a compiled run", "too few steps", "image inputs", "a run set to lean", "a GPU"],
 )
 def test_a_server_fit_on_auto_takes_the_loop_a_run_would_and_logs_a_compiled_one(
-    monkeypatch, caplog, pays_from, shape, run_loop, loop
+    monkeypatch, caplog, pays_from, shape, run_loop, accelerator, loop
 ):
     """`local.loop: auto` on a server fit is decided for that fit by the clients' rule (`choose_loop`): compiled for a
     head on feature vectors with plain SGD and at least COMPILE_PAYS_FROM_STEPS steps (here 3 epochs of 5 batches:
-    15), else lean, and lean in a run set to `lean`; a compiled choice is logged with the fit's purpose."""
+    15), else lean; lean in a run set to `lean` and on a GPU (as before the choice: the compiled server fit is
+    measured on the CPU only); a compiled choice is logged with the fit's purpose."""
     from flsuite.data.base import EpochBatches, Split
     from flsuite.federation import server as server_module
     from flsuite.federation.local import choice
@@ -322,8 +324,9 @@ def test_a_server_fit_on_auto_takes_the_loop_a_run_would_and_logs_a_compiled_one
     monkeypatch.setattr(choice, "COMPILE_PAYS_FROM_STEPS", pays_from)
     loops: list[str] = []
     monkeypatch.setattr(server_module, "run_fit", lambda fit, *a, **k: loops.append(fit.client.local.loop))
+    monkeypatch.setattr(RoundServer, "fit", lambda self, module, *a, **k: loops.append(module.work.client.local.loop))
     split = Split(torch.zeros(70, *shape), torch.zeros(70, dtype=torch.long))
-    server = RoundServer(round=1, seed=0, results=[], num_clients=1, build_model=lambda: None, loop=run_loop)
+    server = RoundServer(0, 0, [], 1, lambda: None, accelerator=accelerator, loop=run_loop)
     local = LocalTraining(epochs=3, batch_size=16, lr=0.1, momentum=0.9, weight_decay=0.0)
     with caplog.at_level(logging.INFO, logger="flsuite.federation.server"):
         server.train(

@@ -69,7 +69,7 @@ class RoundServer:
     #: The global weights the round's clients started from (W_{t−1}); None outside a round.
     start_weights: Weights | None = None
     #: The run's `local.loop` as configured. A run set to `lean` (to reproduce earlier releases' bits) trains its
-    #: server fits on `auto` lean too; otherwise they are decided per fit (`train`).
+    #: server fits on `auto` lean too; otherwise they are decided per fit on the CPU (`train`).
     loop: Loop = "auto"
 
     def seed_for(self, purpose: str) -> int:
@@ -88,14 +88,14 @@ class RoundServer:
     def train(self, model: nn.Module, batches: EpochBatches, local: LocalTraining, purpose: str) -> FitStatistics:
         """Supervised training of `model` on the server: cross-entropy, `local`'s optimiser, the clients' loops over
         `batches` (lean or compiled on the CPU by `run_fit`, without a Trainer; else as `fit`), seeded from `purpose`
-        as `fit`. `local.loop: auto` is lean in a run set to `lean` (`loop`), else decided for this one fit as a
-        run decides its clients' loop
+        as `fit`. `local.loop: auto` is lean in a run set to `lean` (`loop`) and on other accelerators than the
+        CPU, else decided for this one fit as a run decides its clients' loop
         (`flsuite.federation.local.choice.choose_loop`: compiled for a head on feature vectors with plain SGD and
         enough steps to pay a compilation; logged when compiled). Streamed batches (`EpochBatches(reuse=True)`) go to
         the lean and compiled loops on the CPU as they are, to any other loop as fresh gathers. Returns the fit's
         statistics (`mean_loss`, `num_steps`)."""
-        if local.loop == "auto" and self.loop == "lean":
-            local = dataclasses.replace(local, loop="lean")
+        if local.loop == "auto" and (self.loop == "lean" or self.accelerator != "cpu"):  # the compiled server fit is
+            local = dataclasses.replace(local, loop="lean")  # measured on the CPU only: elsewhere lean, as before it
         client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
         if local.loop == "auto":
             choice = choose_loop(
