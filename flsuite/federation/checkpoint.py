@@ -19,7 +19,7 @@ import torch
 from flsuite.federation.client_states import ClientStates
 from flsuite.federation.local.choice import LoopChoice
 from flsuite.federation.state import FederationState, QueryAnswer, QueryTotals
-from flsuite.federation.written_once import read
+from flsuite.federation.state_files import load
 
 FORMAT_VERSION = 5
 #: Formats this version reads (1: before protocols of phases, such a checkpoint is phase 0 of the default protocol;
@@ -171,11 +171,11 @@ def _read_parts(state: FederationState, parts: Path, payload: dict[str, Any]) ->
     """Format 5: the published outputs and once-only answers from their files, each remembered as written (a later
     checkpoint names the same file)."""
     for name, file in payload["output_files"].items():
-        state.outputs[name] = read(parts, file)
+        state.outputs[name] = load(parts, file)
         state.written.loaded(parts, _output_key(name), file, state.outputs[name])
     for owner, files in payload["answer_files"].items():
         for key, file in files.items():
-            answer = state.answers.setdefault(owner, {})[key] = QueryAnswer(**read(parts, file))
+            answer = state.answers.setdefault(owner, {})[key] = QueryAnswer(**load(parts, file))
             state.written.loaded(parts, _answer_key(owner, key), file, answer)
 
 

@@ -13,13 +13,11 @@ only from when a round produces them until the next checkpoint, then in one file
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 
-import torch
-
+from flsuite.federation import state_files
 from flsuite.federation.task import State
 
 
@@ -54,7 +52,7 @@ class ClientStates(MutableMapping[int, State]):
             return self._values[client]
         if client in self._files:
             assert self.root is not None, "a state written to a file has a folder"
-            return torch.load(self.root / self._files[client], map_location="cpu", weights_only=True)
+            return state_files.load(self.root, self._files[client])
         if client not in self._ids:
             raise KeyError(f"client {client} is not a client of this phase (it has {len(self._ids)})")
         if self.initial is None:
@@ -99,9 +97,7 @@ class ClientStates(MutableMapping[int, State]):
                 shutil.copyfile(self.root / name, root / name)
         for client, state in self._values.items():
             name = f"{client}-{generation}.pt"
-            tmp = root / f"{name}.tmp"
-            torch.save(state, tmp)
-            os.replace(tmp, root / name)
+            state_files.save(state, root, name)
             files[client] = name
         return files
 
@@ -109,7 +105,4 @@ class ClientStates(MutableMapping[int, State]):
         """The checkpoint naming `files` is written: read the states from there from now on, and remove every file in
         `root` it does not name (earlier versions, and files of a killed run that never reached its checkpoint)."""
         self._files, self._values, self.root = dict(files), {}, root
-        keep = set(files.values())
-        for path in root.glob("*.pt*"):
-            if path.name not in keep:
-                path.unlink(missing_ok=True)
+        state_files.keep_only(root, files.values())

@@ -5,21 +5,20 @@ A checkpoint writes each such value to a file of its own the first time it holds
 written atomically) and names the files; later checkpoints name the same file instead of writing the value again. A
 value is "the same" when it is the same object as the one written. The files a checkpoint no longer names are removed
 once it is written, so a kill at any point leaves the previous checkpoint and its files intact (as client states:
-`flsuite.federation.client_states`). Why: FKPL's 142 checkpoints of a reduced PACS run each rewrote every finished
+`flsuite.federation.client_states`). Why: FKPL's 159 checkpoints of a reduced PACS run each rewrote every finished
 expert's weights and, from its calibration on, 38 MB of query answers (docs/performance.md, "Checkpoints").
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
+from flsuite.federation import state_files
 
 
 def file_stem(key: str) -> str:
@@ -54,9 +53,7 @@ class WrittenOnce:
                 files[key] = kept[1]
                 continue
             name = f"{file_stem(key)}-{generation}.pt"
-            tmp = root / f"{name}.tmp"
-            torch.save(payload(value), tmp)
-            os.replace(tmp, root / name)
+            state_files.save(payload(value), root, name)
             files[key] = name
         return files
 
@@ -64,16 +61,8 @@ class WrittenOnce:
         """The checkpoint naming `files` is written: remember what each holds, and remove every file in `root` it does
         not name (values since replaced, and files of a killed run that never reached its checkpoint)."""
         self._written, self.root = {key: (values[key], files[key]) for key in files}, root
-        keep = set(files.values())
-        for path in root.glob("*.pt*"):
-            if path.name not in keep:
-                path.unlink(missing_ok=True)
+        state_files.keep_only(root, files.values())
 
     def loaded(self, root: Path, key: str, name: str, value: object) -> None:
         """`value` was read from `root / name` (a resumed run): a later checkpoint names that file again."""
         self._written[key], self.root = (value, name), root
-
-
-def read(root: Path, name: str) -> Any:
-    """The payload of one file."""
-    return torch.load(root / name, map_location="cpu", weights_only=True)
