@@ -96,20 +96,20 @@ class RoundServer:
         statistics (`mean_loss`, `num_steps`)."""
         if local.loop == "auto" and (self.loop == "lean" or self.accelerator != "cpu"):  # the compiled server fit is
             local = dataclasses.replace(local, loop="lean")  # measured on the CPU only: elsewhere lean, as before it
-        client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
-        if local.loop == "auto":
+        if local.loop == "auto":  # the server's fits are plain ClientModules: no step hooks, compiling pays
+            split = batches.split
             choice = choose_loop(
                 local,
-                batches.split.x.shape[1:],
-                client.step_hooks,
-                [len(batches.split)],
+                split.x.shape[1:],
+                ClientModule.step_hooks,
+                [len(split)],
                 clients_per_round=1,
                 rounds=1,
                 processes=1,
-                compiled_pays=client.compiled_pays,
             )
             (log.info if choice.loop == "compiled" else log.debug)("server fit %s: %s", purpose, choice.log_line())
-            client.local = local = resolved(local, choice)
+            local = resolved(local, choice)
+        client = ClientModule(model, NoSettings(), local, ClientTask(self.round, SERVER, self.seed_for(purpose), {}))
         without_trainer = runs_without_a_trainer(local.loop, self.accelerator)
         if batches.reuse and not without_trainer:  # streamed: for the loops that read each batch once, on the CPU
             batches = batches.fresh()
