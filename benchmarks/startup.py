@@ -1,6 +1,6 @@
 """Wall time of `flsuite` commands that do not train, before and after a change, alternated.
 
-    python benchmarks/startup.py [--before DIR] [--reps 5] [--features CONFIG]
+    python benchmarks/startup.py [--before DIR] [--reps 5] [--features CONFIG] [--print_config CONFIG]
 
 Every command runs in a fresh process through the console script beside this Python (`<venv>/bin/flsuite`), as a
 user types it. "after" is the installed flsuite; "before" is, with `PYTHONPATH=DIR`, a source tree of an earlier
@@ -53,10 +53,18 @@ def main() -> None:
     )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--features", type=Path, help="also time `flsuite features --config CONFIG` (its cache filled)")
+    ap.add_argument(
+        "--print_config",
+        type=Path,
+        help="also time `flsuite fit --config CONFIG --print_config`: a run's start (every module its parser imports, "
+        "the config parsed) without its training",
+    )
     args = ap.parse_args()
     commands = [["--version"], ["fit", "--help"]]
     if args.features is not None:
         commands.append(["features", "--config", str(args.features), "--progress", "false"])
+    if args.print_config is not None:
+        commands.append(["fit", "--config", str(args.print_config), "--print_config"])
     sides: dict[str, Path | None] = (
         {"after": None} if args.before is None else {"before": args.before.resolve(), "after": None}
     )

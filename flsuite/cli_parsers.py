@@ -14,13 +14,18 @@ import flsuite
 
 log = logging.getLogger("flsuite")
 
+#: Modules no config names a class of, left to the fits that use them: they import Lightning, and through it
+#: torch._dynamo (~2.4 s of every run's start otherwise; a run on the CPU's lean or compiled loop never needs them).
+NOT_CONFIGURABLE = ("flsuite.federation.local.trainer", "flsuite.methods.generator_fit")
+
 
 def import_all_modules() -> list[str]:
-    """Import every flsuite module so that jsonargparse knows every subclass (short names, `--help` listings).
-    A module whose optional dependency is missing is skipped (its classes then need the full class_path)."""
+    """Import every flsuite module so that jsonargparse knows every subclass (short names, `--help` listings), but
+    `NOT_CONFIGURABLE`'s. A module whose optional dependency is missing is skipped (its classes then need the full
+    class_path)."""
     skipped = []
     for info in pkgutil.walk_packages(flsuite.__path__, "flsuite."):
-        if info.name == __name__ or info.name == "flsuite.cli":
+        if info.name in (__name__, "flsuite.cli", *NOT_CONFIGURABLE):
             continue
         try:
             importlib.import_module(info.name)

@@ -1,6 +1,8 @@
 """Metrics, one definition used everywhere: runs, `flsuite compare`, studies and dashboards read these keys.
 
-- Per-domain top-1 accuracy (%) of the global model on each domain's test set (torchmetrics).
+- Per-domain top-1 accuracy (%) of the global model on each domain's test set: correct predictions counted in
+  integers, one exact ratio (torchmetrics' micro `MulticlassAccuracy` counts the same; its import cost ~2 s per run
+  process, pulling in torch._dynamo, torchvision and scipy.signal, for a comparison and a sum: docs/performance.md).
 - `acc_mean`: unweighted mean over domains; `acc_std`: population standard deviation over domains (GGEUR's
   convention, ddof=0); `acc_std_sample`: sample standard deviation (FKPL's convention, ddof=1; only with ≥ 2 domains).
 - Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last; the final
@@ -17,7 +19,6 @@ from typing import SupportsFloat, cast
 import numpy as np
 import torch
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
 from flsuite.data.base import FederatedData, Split
 from flsuite.records import (
@@ -42,19 +43,29 @@ __all__ = ["accuracy", "domain_summary", "domain_table", "evaluate", "evaluate_f
 
 @torch.inference_mode()
 def accuracy(model: nn.Module, split: Split, num_classes: int, batch_size: int = 1024, device: str = "cpu") -> float:
-    """Top-1 accuracy (%) of `model` on `split`."""
-    metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(device)
+    """Top-1 accuracy (%) of `model` on `split`: 100 · #{argmax f(x) = y} / n, counted in integers (exact)."""
+    correct = 0
     was_training = model.training
     model.to(device)  # eval_device: the global model is kept on the CPU between rounds
     model.eval()
     for i in range(0, len(split), batch_size):
-        x = split.x[i : i + batch_size].to(device)
-        metric.update(model(x).argmax(dim=1), split.y[i : i + batch_size].to(device))
+        x, y = split.x[i : i + batch_size].to(device), split.y[i : i + batch_size].to(device)
+        predicted = model(x).argmax(dim=1)
+        _check_classes(predicted, y, num_classes)
+        correct += int((predicted == y).sum())
     model.train(was_training)
-    # Exact ratio from the metric's integer counts (its float32 `compute()` would add rounding noise).
-    tp, fn = cast(torch.Tensor, metric.tp), cast(torch.Tensor, metric.fn)
-    correct, total = int(tp.sum()), int((tp + fn).sum())
-    return 100.0 * correct / total
+    return 100.0 * correct / len(split)
+
+
+def _check_classes(predicted: torch.Tensor, y: torch.Tensor, num_classes: int) -> None:
+    """Predicted classes and labels must lie in [0, num_classes): a model or a split of another class count."""
+    for what, values in (("predicted class", predicted), ("label", y)):
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= num_classes:
+            raise ValueError(
+                f"accuracy: a {what} is {high if high >= num_classes else low}, outside 0..{num_classes - 1} "
+                f"(the data's num_classes); the model's output width or the split's labels do not match the data"
+            )
 
 
 def domain_summary(per_domain: Mapping[str, float]) -> dict[str, float]:

@@ -264,7 +264,8 @@ def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
 
 def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     """`flsuite --version`, `--help` and the tools' `--help` import neither torch nor Lightning; nor does `flsuite fit
-    --help` once its text is cached (the first one builds the full parser), and the cached text is the parser's."""
+    --help` once its text is cached, and the cached text is the parser's. The first one builds the full parser: torch,
+    every configurable module, but not Lightning (`NOT_CONFIGURABLE`: a run on the CPU's lean loop never needs it)."""
     probe = (
         "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); "
         "print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
@@ -288,9 +289,7 @@ def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     for proc in light:
         assert result(proc)[1] == "[] 0", proc.args
     built, loaded = result(first)
-    assert (
-        loaded == "['torch', 'lightning'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
-    )
+    assert loaded == "['torch'] 0" and "--data DATA" in built and "flsuite.methods.scaffold.Scaffold" in built
     assert result(start("fit", "--help")) == (built, "[] 0")
 
 
@@ -329,3 +328,21 @@ def test_the_command_runs_main_then_freezes_the_heap_and_is_what_the_console_scr
         assert done.value.code == 0 and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_the_modules_the_parser_skips_define_only_lightning_classes():
+    """What `import_all_modules` leaves out (`NOT_CONFIGURABLE`) holds no class a config could name: each class
+    defined there is a Lightning module or callback, built by the fits that use it."""
+    import importlib
+    import inspect
+
+    import lightning as L
+
+    from flsuite.cli_parsers import NOT_CONFIGURABLE
+
+    for name in NOT_CONFIGURABLE:
+        module = importlib.import_module(name)
+        defined = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == name]
+        assert defined, name
+        for cls in defined:
+            assert issubclass(cls, L.LightningModule | L.Callback), f"{name}.{cls.__name__}"

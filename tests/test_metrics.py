@@ -31,6 +31,31 @@ def test_accuracy_is_an_exact_ratio():
     assert accuracy(model, Split(x, y), num_classes=3, batch_size=2) == 100.0 * 5 / 7
 
 
+def test_accuracy_counts_what_torchmetrics_micro_accuracy_counts():
+    from torchmetrics.classification import MulticlassAccuracy
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(1000, 5, generator=gen), torch.randint(5, (1000,), generator=gen)
+    metric = MulticlassAccuracy(num_classes=5, average="micro")
+    metric.update(x.argmax(1), y)
+    correct = int(metric.tp.sum())  # type: ignore[union-attr]
+    assert 300 > correct > 100  # ~1/5 right: a test of counting, not of a constant
+    assert accuracy(nn.Identity(), Split(x, y), num_classes=5, batch_size=64) == 100.0 * correct / 1000
+
+
+@pytest.mark.parametrize(
+    ("logits", "labels", "message"),
+    [
+        (torch.eye(4)[1:], torch.tensor([1, 2, 0]), "a predicted class is 3, outside 0..2"),  # a 4-way model
+        (torch.eye(3), torch.tensor([0, 1, 3]), "a label is 3, outside 0..2"),
+        (torch.eye(3), torch.tensor([0, -1, 2]), "a label is -1, outside 0..2"),
+    ],
+)
+def test_accuracy_names_a_class_outside_the_datas_count(logits, labels, message):
+    with pytest.raises(ValueError, match=message):
+        accuracy(nn.Identity(), Split(logits, labels), num_classes=3)
+
+
 def test_final_summary_last_k_best_and_target():
     history = [
         {"round": r, "acc/a": float(r), "acc/b": float(2 * r), "acc_mean": 1.5 * r, "acc_std": 0.5 * r}

@@ -12,7 +12,7 @@ G is frozen and in eval mode on the client, so L_reg trains the classifier only;
 (`client/fedcir/*`, `flsuite.methods.fedcir_terms`).
 Server (spec §1.6): FedAvg (∝ n_k, BN included); then E_g Adam steps of G on CE(Σ_k α_k h_k(G(y, ε)), y) over every
 uploaded head h_k, α_k = n_k / Σ n (`ensemble: logits`; or "mixture", or "per_client" Σ_k α_k CE(h_k(G(y, ε)), y):
-`flsuite.methods.generators`); then the MLE per class from `mle_samples` draws of G
+`flsuite.methods.generator_model`); then the MLE per class from `mle_samples` draws of G
 (eval mode): μ_g(y) = mean z, σ_g(y)² = mean (z − μ_g(y))². Clients download G (if λ_reg > 0) and μ_g, σ_g (if
 λ_align > 0); both count in `bytes_down` (Table III). All server draws use the derived server stream.
 
@@ -35,16 +35,8 @@ from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir_terms import KL_REDUCTIONS, KLReduction, TermsClient, reduce_kl
-from flsuite.methods.generators import (
-    Ensemble,
-    GeneratorMethod,
-    Noise,
-    build_generator,
-    class_gaussian_mle,
-    draw_noise,
-    frozen_generator,
-    gaussian_kl,
-)
+from flsuite.methods.generator_model import Ensemble, Noise, build_generator, draw_noise, frozen_generator
+from flsuite.methods.generators import GeneratorMethod, class_gaussian_mle, gaussian_kl
 from flsuite.models.probabilistic import require_encoder
 from flsuite.models.representation import check_contract
 

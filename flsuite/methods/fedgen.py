@@ -3,7 +3,7 @@
 Server (after FedAvg): E_g Adam steps of a conditional generator G(y, ε), ε ~ U[0, 1)^{noise_dim} (the official code's
 noise), on the round's uploaded heads h_k with per-label weights w_k(y) = n_{k,y} / Σ_k' n_{k',y}:
     L_G = (1/B) Σ_i Σ_k w_k(y_i) CE(h_k(G(y_i, ε_i)), y_i) + η · L_div,        y_i uniform over the classes seen,
-L_div FedGen's diversity loss (`flsuite.methods.generators`). G is broadcast; each client also uploads its label
+L_div FedGen's diversity loss (`flsuite.methods.generator_model`). G is broadcast; each client also uploads its label
 counts n_{k,y}: `count_start` (1, the official `clean_up_counts`) plus the labels of its local batches of the round;
 the server draws y_i from the classes some client counted beyond that start (the official MIN_SAMPLES_PER_LABEL).
 G's Adam has weight decay 1e-2 and its rate decays by 0.98 a round (the official generative_optimizer/_lr_scheduler).
@@ -32,7 +32,8 @@ from flsuite.federation.method import ClientModule
 from flsuite.federation.server_context import ServerContext
 from flsuite.federation.task import ClientResult, ServerUpdate, State, Weights
 from flsuite.methods.fedavg import FedAvg
-from flsuite.methods.generators import GeneratorMethod, Noise, draw_noise, frozen_generator
+from flsuite.methods.generator_model import Noise, draw_noise, frozen_generator
+from flsuite.methods.generators import GeneratorMethod
 from flsuite.models.representation import check_contract
 
 

@@ -1,181 +1,33 @@
-"""What FedCiR and FedGen share: a server-trained conditional feature generator over the round's client heads, and
-the closed-form Gaussian KL that FedCiR's L_align and FedSR's conditional-MI term use.
+"""What FedCiR and FedGen share on the server: the generator's training over the round's client heads
+(`GeneratorMethod`; the generator and its loss: `flsuite.methods.generator_model`), and the closed-form Gaussian KL
+that FedCiR's L_align and FedSR's conditional-MI term use.
 
-Generator (FedCiR spec §1.4, [OURS] sizes): z = G(y, ε) = W₂ ReLU(BN(W₁ [ε, onehot(y)] + b₁)) + b₂, ε ∈ R^{noise_dim}.
-Server loss over a batch of (ε_i, y_i), y_i uniform over the allowed classes, with a_{k,i} = A[k, y_i] the ensemble
-coefficient of client k (A: [K, C]) and h_k(z) = W_k z + b_k client k's uploaded linear head:
-    "logits"     (FedCiR default)          CE(Σ_k a_{k,i} h_k(z_i), y_i)
-    "mixture"    (FedCiR option)           −log Σ_k a_{k,i} softmax(h_k(z_i))_{y_i}
-    "per_client" (FedGen; FedCiR option)   Σ_k a_{k,i} CE(h_k(z_i), y_i)   (each client's loss, weighted)
-plus η · exp(−mean_{i,j} ‖ε_i − ε_j‖²/q · ‖z_i − z_j‖₁/d) (FedGen's diversity loss; η = 0 in FedCiR).
-Every client head of the round enters through A (a public FedGen variant collapses the ensemble to the global head;
-`tests/methods/test_fedcir.py` checks that perturbing one uploaded head changes the generator's update). With the
-same a_k for every label (FedCiR's α_k) "logits" equals the CE of the α-averaged head, Σ_k α_k (W_k z + b_k) = W̄ z + b̄
-(an identity of linear heads); "mixture" and "per_client" do not (`tests/methods/test_fedcir_terms.py`).
-Training is E_g Adam steps per round as a server-side Lightning fit (`ServerContext.fit`); the generator and its Adam
-moments are kept across rounds in the server state. Its noise and labels come from the derived server stream.
+Training is E_g Adam steps per round as a server-side Lightning fit (`ServerContext.fit` of
+`flsuite.methods.generator_fit.GeneratorFit`); the generator and its Adam moments are kept across rounds in the server
+state. Its noise and labels come from the derived server stream.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from flsuite.data.base import EpochBatches, Split
 from flsuite.federation.method import Method
 from flsuite.federation.server_context import ServerContext
-from flsuite.federation.task import ClientResult, State, Weights
+from flsuite.federation.task import ClientResult, State
 from flsuite.federation.weights import clone_weights
+from flsuite.methods.generator_model import Ensemble, Noise, build_generator, draw_noise
 from flsuite.models.representation import check_contract
-
-Ensemble = Literal["logits", "mixture", "per_client"]
-Noise = Literal["normal", "uniform"]
 
 
 def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor, mu_g: torch.Tensor, sigma_g: torch.Tensor) -> torch.Tensor:
     """KL(N(μ, diag σ²) ‖ N(μ_g, diag σ_g²)) per row, summed over the last dimension (FedCiR Eq. (17)):
     Σ_j log(σ_g,j/σ_j) + (σ_j² + (μ_j − μ_g,j)²)/(2σ_g,j²) − 1/2."""
     return (torch.log(sigma_g / sigma) + (sigma.pow(2) + (mu - mu_g).pow(2)) / (2 * sigma_g.pow(2)) - 0.5).sum(-1)
-
-
-def draw_noise(
-    n: int, dim: int, kind: Noise, generator: torch.Generator | None = None, device: Any = None
-) -> torch.Tensor:
-    """Generator noise: N(0, I) (FedCiR) or U[0, 1) (FedGen's official code)."""
-    fn = torch.randn if kind == "normal" else torch.rand
-    return fn(n, dim, generator=generator, device=device)
-
-
-class ConditionalGenerator(nn.Module):
-    """G(y, ε): Linear(noise_dim + C, hidden) → BatchNorm1d → ReLU → Linear(hidden, dim)."""
-
-    def __init__(self, num_classes: int, dim: int, noise_dim: int = 32, hidden: int = 256) -> None:
-        super().__init__()
-        self.num_classes, self.noise_dim = num_classes, noise_dim
-        self.net = nn.Sequential(
-            nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, dim)
-        )
-
-    def forward(self, y: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([eps, F.one_hot(y, self.num_classes).to(eps.dtype)], dim=1))
-
-
-def build_generator(
-    num_classes: int, dim: int, noise_dim: int, hidden: int, seed: int | None = None
-) -> ConditionalGenerator:
-    """A generator built without moving the caller's global RNG; with `seed`, its initial weights come from it."""
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        return ConditionalGenerator(num_classes, dim, noise_dim, hidden)
-
-
-def frozen_generator(
-    weights: Weights, num_classes: int, dim: int, noise_dim: int, hidden: int, device: Any
-) -> ConditionalGenerator:
-    """The broadcast generator on a client: eval mode (BN running statistics), no gradients (spec §7.5)."""
-    gen = build_generator(num_classes, dim, noise_dim, hidden)
-    gen.load_state_dict(weights)
-    gen.to(device).eval()
-    for p in gen.parameters():
-        p.requires_grad_(False)
-    return gen
-
-
-def ensemble_loss(
-    z: torch.Tensor,
-    y: torch.Tensor,
-    heads: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    coef: torch.Tensor,
-    mode: Ensemble,
-) -> torch.Tensor:
-    """The generator's ensemble loss (module docstring); `coef` [K, C]."""
-    a = coef[:, y]  # [K, B]
-    logits = torch.stack([F.linear(z, w, b) for w, b in heads])  # [K, B, C]
-    if mode == "logits":
-        return F.cross_entropy((a[..., None] * logits).sum(0), y)
-    if mode == "mixture":
-        logp = torch.logsumexp(
-            torch.log(a.clamp_min(1e-30))
-            + F.log_softmax(logits, -1).gather(-1, y.expand(len(heads), -1)[..., None])[..., 0],
-            0,
-        )
-        return -logp.mean()
-    if mode == "per_client":
-        ce = torch.stack([F.cross_entropy(client_logits, y, reduction="none") for client_logits in logits])  # [K, B]
-        return (a * ce).sum(0).mean()
-    raise ValueError(f"unknown generator ensemble {mode!r} (logits, mixture or per_client)")
-
-
-def diversity_loss(eps: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """FedGen's diversity loss: exp(−mean(noise distance (mean squared) × output distance (mean absolute)))."""
-    noise_dist = (eps[:, None] - eps[None]).pow(2).mean(-1)
-    out_dist = (z[:, None] - z[None]).abs().mean(-1)
-    return torch.exp(-(noise_dist * out_dist).mean())
-
-
-class GeneratorFit(L.LightningModule):
-    """E_g Adam steps of the generator on the ensemble of the round's client heads (one `training_step` over the
-    pre-drawn (ε, y) batches, manual optimisation like the clients' lean loop)."""
-
-    def __init__(
-        self,
-        generator: ConditionalGenerator,
-        heads: Sequence[tuple[torch.Tensor, torch.Tensor]],
-        coef: torch.Tensor,
-        mode: Ensemble,
-        diversity: float,
-        lr: float,
-        optimizer_state: dict | None,
-        weight_decay: float = 0.0,
-    ) -> None:
-        super().__init__()
-        self.automatic_optimization = False
-        self.generator, self.mode, self.diversity, self.lr, self.weight_decay = (
-            generator,
-            mode,
-            diversity,
-            lr,
-            weight_decay,
-        )
-        self._heads, self._coef, self._opt_state = list(heads), coef, optimizer_state
-        self.losses: list[float] = []
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        opt = torch.optim.Adam(self.generator.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        if self._opt_state:
-            opt.load_state_dict(self._opt_state)  # the moments; the round's rate and decay are set again below
-            for group in opt.param_groups:
-                group.update(lr=self.lr, weight_decay=self.weight_decay)
-        self.optimizer = opt
-        return opt
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch
-
-    def on_fit_start(self) -> None:
-        self._heads = [(w.to(self.device), b.to(self.device)) for w, b in self._heads]
-        self._coef = self._coef.to(self.device)
-
-    def training_step(self, epoch_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], batch_idx: int) -> None:
-        opt = self.trainer.optimizers[
-            0
-        ]  # the torch optimiser of `configure_optimizers` (Lightning's wrapper holds the same)
-        for eps, y in epoch_batches:
-            eps, y = eps.to(self.device), y.to(self.device)
-            opt.zero_grad(set_to_none=True)
-            z = self.generator(y, eps)
-            loss = ensemble_loss(z, y, self._heads, self._coef, self.mode)
-            if self.diversity:
-                loss = loss + self.diversity * diversity_loss(eps, z)
-            loss.backward()
-            opt.step()
-            self.losses.append(float(loss.detach()))
 
 
 def _cpu(tree: Any) -> Any:
@@ -249,6 +101,8 @@ class GeneratorMethod(Method):
         eps = draw_noise(n, self.noise_dim, self.noise, generator=rng)
         lr = self.generator_lr * self.generator_lr_decay ** (ctx.round - 1)
         coef = self.ensemble_coefficients(ctx.results)
+        from flsuite.methods.generator_fit import GeneratorFit  # Lightning: imported by the runs that train one
+
         fit = GeneratorFit(
             gen.train(),
             heads,

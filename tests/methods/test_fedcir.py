@@ -17,13 +17,8 @@ from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedcir import FedCiR, FedCiRClient
-from flsuite.methods.generators import (
-    build_generator,
-    class_gaussian_mle,
-    draw_noise,
-    ensemble_loss,
-    gaussian_kl,
-)
+from flsuite.methods.generator_model import build_generator, draw_noise, ensemble_loss
+from flsuite.methods.generators import class_gaussian_mle, gaussian_kl
 from flsuite.models.probabilistic import ProbabilisticEncoder
 from tests.helpers import head_federation
 

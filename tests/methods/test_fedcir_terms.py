@@ -20,7 +20,7 @@ from flsuite.federation.server import RoundServer
 from flsuite.federation.task import ClientResult, ClientTask, LocalTraining
 from flsuite.methods.fedcir import FedCiR, FedCiRClient
 from flsuite.methods.fedcir_terms import reduce_kl
-from flsuite.methods.generators import build_generator, ensemble_loss
+from flsuite.methods.generator_model import build_generator, ensemble_loss
 from flsuite.models.probabilistic import ProbabilisticEncoder
 from tests.helpers import head_federation
 

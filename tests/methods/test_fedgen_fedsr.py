@@ -23,7 +23,7 @@ from flsuite.federation.weights import num_bytes
 from flsuite.methods.fedavg import FedAvg
 from flsuite.methods.fedgen import FedGen, FedGenClient, decayed
 from flsuite.methods.fedsr import REFERENCE, FedSR, FedSRClient, FedSRModel
-from flsuite.methods.generators import build_generator
+from flsuite.methods.generator_model import build_generator
 from flsuite.metrics import accuracy
 from flsuite.models.heads import Linear
 from tests.helpers import head_federation

@@ -28,8 +28,8 @@ from torch import nn
 
 from flsuite.data.base import StreamedEpoch
 from flsuite.federation.local.dynamo import (
-    CAPTURE_ERRORS,
     Layout,
+    capture_errors,
     first_line,
 )
 from flsuite.federation.local.loss_grads import _LocalLoss, compiled_loss_and_grads
@@ -124,7 +124,7 @@ class CompiledSteps:
             params, buffers, grads, losses, statistics = steps(
                 self.backward.loss_module, params, buffers, offsets, lr, rule, *data
             )
-        except CAPTURE_ERRORS as e:
+        except capture_errors() as e:
             _UNSCANNED.add(layout)
             logger.warning(
                 "local.loop: compiled steps %s one batch per compiled call: "
@@ -170,7 +170,7 @@ class CompiledBackward:
         params = {n: p.detach() for n, p in self.reached}
         try:
             loss, grads, statistics = self.compiled(self.loss_module, params, x, y)
-        except CAPTURE_ERRORS as e:
+        except capture_errors() as e:
             raise RuntimeError(
                 f"local.loop: compiled could not compile {type(self.client).__name__}.local_loss into one graph "
                 f"({type(e).__name__}: {first_line(e)}). Use local.loop: lean for this method."

@@ -15,8 +15,11 @@ import torch
 Layout = tuple[type, tuple[tuple[str, torch.Size, torch.dtype, torch.device], ...]]
 
 
-#: What dynamo raises when it cannot capture a loss in one graph.
-CAPTURE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
+@functools.cache
+def capture_errors() -> tuple[type[Exception], ...]:
+    """What dynamo raises when it cannot capture a loss in one graph (`except capture_errors()`: dynamo, ~1 s of
+    imports, is imported by the first compiled fit, not by every process that could run one)."""
+    return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 class _DropNoCudaRuntime(logging.Filter):
