@@ -15,7 +15,7 @@ identical uncommitted changes, if any). Then a finished run is reused and a kill
 killed study continues where it stopped; otherwise the old folder is moved to `runs/<name>/<variant>/.replaced/` and the
 run starts afresh, and the reason is printed (the keys that differ, or the two code versions). Features are extracted
 first, one seed at a time (`flsuite features`), so parallel workers only read the cache. Workers run with one torch
-thread each. The runs run in `--workers` warm processes (`flsuite.pool.WarmPool`: each imports torch, Lightning and
+thread each. The runs run in `--workers` warm processes (`flsuite.pool.WarmPool`: each imports torch and
 flsuite once, at the first run it takes, and then runs up to `--runs_per_worker` runs, each as `flsuite fit` would in a
 fresh process: its own environment, log, seed streams, thread policy, run folder and W&B run); a run whose worker dies
 fails alone (exit 137, the worker replaced). `--fresh_processes` runs every run as a `flsuite fit` process of its own

@@ -1,5 +1,5 @@
 """Warm worker processes that run many `flsuite fit` runs each, so a study does not pay a fresh interpreter's imports
-(torch, Lightning, every flsuite module: 6-40 s on this project's shared 2-core machines) for every run.
+(torch, every flsuite module: 6-40 s on this project's shared 2-core machines before issue 35) for every run.
 
     with WarmPool(workers=2) as pool:           # from any number of threads, e.g. a ThreadPoolExecutor's
         code = pool.run(["--config", "run.yaml", "--seed", "0"], log=Path("runs/x/seed0.log"), env={...})
@@ -52,7 +52,7 @@ KILLED = 137
 
 
 def _warm_up() -> None:
-    """Worker start: import what every run imports (torch, Lightning, every flsuite module via the parser)."""
+    """Worker start: import what every run imports (torch, every configurable flsuite module: the parser's)."""
     from flsuite.cli_parsers import fit_parser
 
     fit_parser()

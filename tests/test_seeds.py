@@ -242,3 +242,21 @@ def test_a_seed_folders_label_is_a_key_that_pairs_and_sorts_by_seed():
     assert labels == ["seed10", "seed2", "seed2-train1", "seed0-data5"]
     assert sorted(labels, key=label_key) == ["seed0-data5", "seed2", "seed2-train1", "seed10"]
     assert label_key("seed2-train1") == (2, "train1") != label_key("seed2")
+
+
+def test_seed_torch_seeds_the_global_generator_as_torch_does_and_every_accelerator_where_there_is_one(monkeypatch):
+    from flsuite import seeding
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2**40 + 7)
+        expected = torch.rand(5), torch.randn(3)
+        seeding.seed_torch(2**40 + 7)
+        assert all(torch.equal(a, b) for a, b in zip(expected, (torch.rand(5), torch.randn(3)), strict=True))
+
+        calls: list[int] = []
+        monkeypatch.setattr(torch, "manual_seed", calls.append)
+        monkeypatch.setattr(seeding, "_has_accelerator", lambda: False)
+        seeding.seed_torch(3)  # no accelerator: the CPU's generator only, no lazy seeding queued for absent devices
+        monkeypatch.setattr(seeding, "_has_accelerator", lambda: True)
+        seeding.seed_torch(4)  # an accelerator: torch's own call, which seeds its generators too
+        assert calls == [4]

@@ -41,7 +41,7 @@ from flsuite.federation.task import (
 )
 from flsuite.federation.weights import clone_weights, is_finite
 from flsuite.metrics import evaluate_federation
-from flsuite.seeding import derive_seed
+from flsuite.seeding import derive_seed, seed_torch
 
 if TYPE_CHECKING:
     from flsuite.federation.context import RunContext
@@ -138,7 +138,7 @@ class Rounds(Phase):
             raise ValueError(
                 f"phase {self.name!r}: clients {clients} but the federation has clients 0..{len(data.clients) - 1}"
             )
-        torch.manual_seed(derive_seed(settings.seed, purpose="model_init"))  # a phase starts like a run of its own
+        seed_torch(derive_seed(settings.seed, purpose="model_init"))  # a phase starts like a run of its own
         model = model_spec.build(data.input_shape, data.num_classes)
         method.setup(model, len(clients))
         ctx.use(model_spec, method)

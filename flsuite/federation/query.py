@@ -20,6 +20,7 @@ from torch import nn
 
 from flsuite.federation.task import ClientFailure, Weights
 from flsuite.federation.weights import num_bytes
+from flsuite.seeding import seed_torch
 
 if TYPE_CHECKING:
     from flsuite.data.base import ClientData, FederatedData
@@ -75,7 +76,7 @@ def run_query(env: QueryEnvironment, task: QueryTask) -> QueryResult:
     """Compute one client's answer (executors call this, in-process or on a worker)."""
     model = None
     if task.weights is not None:
-        torch.manual_seed(task.seed)
+        seed_torch(task.seed)
         model = env.build_model()
         model.load_state_dict(task.weights)
     with torch.no_grad():

@@ -43,7 +43,7 @@ from flsuite.federation.task import (
 )
 from flsuite.federation.weights import clone_weights
 from flsuite.models.heads import ModelSpec
-from flsuite.seeding import Seeds, derive_seed, torch_generator
+from flsuite.seeding import Seeds, derive_seed, seed_torch, torch_generator
 
 if TYPE_CHECKING:
     import lightning as L
@@ -137,7 +137,7 @@ class RoundServer:
     @contextlib.contextmanager
     def _seeded_bar(self, epochs: int, purpose: str) -> Iterator[Any]:
         """A server fit's set-up: torch's global RNG seeded from the server stream of `purpose`, and its epoch bar."""
-        torch.manual_seed(self.seed_for(purpose))
+        seed_torch(self.seed_for(purpose))
         with progress.bar(epochs, f"server {purpose}", "epoch") as bar:
             yield bar
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flsuite.federation.task import Weights
+from flsuite.seeding import seed_torch
 
 Ensemble = Literal["logits", "mixture", "per_client"]
 Noise = Literal["normal", "uniform"]
@@ -55,7 +56,7 @@ def build_generator(
     """A generator built without moving the caller's global RNG; with `seed`, its initial weights come from it."""
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
-            torch.manual_seed(seed)
+            seed_torch(seed)
         return ConditionalGenerator(num_classes, dim, noise_dim, hidden)
 
 

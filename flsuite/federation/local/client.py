@@ -19,6 +19,7 @@ from flsuite.federation.transport import Transport
 from flsuite.federation.weights import is_finite
 from flsuite.models.heads import ModelSpec
 from flsuite.runtime import step_flops
+from flsuite.seeding import seed_torch
 
 
 @dataclass
@@ -49,7 +50,7 @@ def run_client(env: ClientEnvironment, task: ClientTask) -> ClientResult:
     task's seed, so the result does not depend on which worker runs it or in which order.
     """
     split, local = env.data.clients[task.client_id].train, outside_a_run(env.local)
-    torch.manual_seed(task.seed)
+    seed_torch(task.seed)
     model = env.build_model()
     load_task_weights(model, task, env.method.transport)
     client = env.method.client_module(model=model, method=env.method.settings, local=local, task=task)

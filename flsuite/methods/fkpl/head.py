@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from flsuite import records
 from flsuite.data.base import EpochBatches, FederatedData, Split
 from flsuite.federation.server_context import ServerContext
@@ -19,6 +17,7 @@ from flsuite.methods.fkpl.prototypes import VirtualFeatures
 from flsuite.methods.fkpl.settings import CalibrationSettings
 from flsuite.metrics import evaluate
 from flsuite.models.heads import Linear
+from flsuite.seeding import seed_torch
 
 
 def fit_head(
@@ -33,7 +32,7 @@ def fit_head(
         weight_decay=0.0,
         accelerator=server.accelerator,
     )
-    torch.manual_seed(server.seed_for(f"{purpose}/init"))
+    seed_torch(server.seed_for(f"{purpose}/init"))
     model = Linear().build(tuple(split.x.shape[1:]), num_classes)
     fit = server.train(
         model,

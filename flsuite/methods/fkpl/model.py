@@ -12,6 +12,7 @@ from torch import nn
 from flsuite.federation.task import Weights
 from flsuite.models.heads import ModelSpec
 from flsuite.models.representation import check_contract
+from flsuite.seeding import seed_torch
 
 
 def head_keys(model: nn.Module) -> set[str]:
@@ -66,8 +67,8 @@ class ConcatModel(nn.Module):
 
 
 class SeededInit(ModelSpec):
-    """`expert` initialised from its own stream: built under `torch.manual_seed(seed)` inside a forked global RNG (the
-    global stream is left as it was). `expert_init: independent` gives expert v the seed derive_seed(seed, purpose=
+    """`expert` initialised from its own stream: built under `seed_torch(seed)` inside a forked global RNG (the global
+    stream is left as it was). `expert_init: independent` gives expert v the seed derive_seed(seed, purpose=
     "fkpl/expert<v>/model_init"), so each cluster's expert starts from its own draw (the official code, and
     `expert_init: shared`, start every expert from one draw)."""
 
@@ -76,7 +77,7 @@ class SeededInit(ModelSpec):
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+            seed_torch(self.seed)
             return self.expert.build(input_shape, num_classes)
 
 
