@@ -145,7 +145,7 @@ def install(clock: PhaseClock) -> None:
 
 def table(title: str, seconds: dict[str, float]) -> str:
     wall = sum(seconds.values())
-    order = ["imports (torch, Lightning, flsuite; fresh process)", *PHASES, "other"]
+    order = ["imports (torch, flsuite; fresh process)", *PHASES, "other"]
     rows = [f"| {p} | {seconds[p]:.1f} | {100 * seconds[p] / wall:.1f} % |" for p in order if seconds.get(p, 0) > 0.05]
     return "\n".join([f"**{title}** (wall {wall:.1f} s)", "", "| phase | s | share |", "|---|---|---|", *rows, ""])
 
@@ -219,7 +219,7 @@ def main() -> None:
     os.chdir(ROOT)
     with tempfile.TemporaryDirectory(prefix=f"profile-{args.study}-") as tmp:
         runs = (fedegg_runs if args.study == "fedegg" else fkpl_runs)(args, Path(tmp), clock)
-    total: dict[str, float] = defaultdict(float, {"imports (torch, Lightning, flsuite; fresh process)": imports})
+    total: dict[str, float] = defaultdict(float, {"imports (torch, flsuite; fresh process)": imports})
     for _, seconds in runs:
         for k, v in seconds.items():
             total[k] += v
