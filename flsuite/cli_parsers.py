@@ -14,8 +14,8 @@ import flsuite
 
 log = logging.getLogger("flsuite")
 
-#: Modules no config names a class of, left to the fits that use them: they import Lightning, and through it
-#: torch._dynamo (~2.4 s of every run's start otherwise; a run on the CPU's lean or compiled loop never needs them).
+#: Modules no config names a class of, left to the fits that use them: they import Lightning, which a run on the CPU's
+#: lean or compiled loop never needs (docs/performance.md, "A run's imports").
 NOT_CONFIGURABLE = ("flsuite.federation.local.trainer", "flsuite.methods.generator_fit")
 
 

@@ -1,8 +1,8 @@
 """Metrics, one definition used everywhere: runs, `flsuite compare`, studies and dashboards read these keys.
 
 - Per-domain top-1 accuracy (%) of the global model on each domain's test set: correct predictions counted in
-  integers, one exact ratio (torchmetrics' micro `MulticlassAccuracy` counts the same; its import cost ~2 s per run
-  process, pulling in torch._dynamo, torchvision and scipy.signal, for a comparison and a sum: docs/performance.md).
+  integers, one exact ratio (torchmetrics' micro `MulticlassAccuracy` counts the same, but importing it costs every
+  run process seconds, for a comparison and a sum: docs/performance.md, "A run's imports").
 - `acc_mean`: unweighted mean over domains; `acc_std`: population standard deviation over domains (GGEUR's
   convention, ddof=0); `acc_std_sample`: sample standard deviation (FKPL's convention, ddof=1; only with ≥ 2 domains).
 - Final numbers: average over the last `last_k` evaluated rounds (GGEUR's protocol, k=5), best, and last; the final

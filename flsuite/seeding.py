@@ -48,8 +48,8 @@ def torch_generator(seed: int, round: int = NONE, client: int = NONE, purpose: s
 def seed_torch(seed: int) -> None:
     """`torch.manual_seed(seed)`: torch's global CPU generator and, where this machine has an accelerator, its
     generators. On a machine without one only the CPU's is seeded, to the same stream: torch's call also queues a lazy
-    seeding of CUDA, XPU and MTIA there, formatting the caller's stack each time (0.1–1.4 ms a call on this project's
-    2-core machines: a quarter of a FedEGG client fit), for devices that can never start."""
+    seeding of CUDA, XPU and MTIA there, formatting the caller's stack each time, for devices that can never start (a
+    cost in every client fit: docs/performance.md, "Small clients")."""
     import torch
 
     if _has_accelerator():

@@ -70,8 +70,7 @@ def digest(weights: Mapping[str, torch.Tensor]) -> str:
 def is_finite(weights: Mapping[str, torch.Tensor]) -> bool:
     """True when no floating tensor holds NaN or Inf. A tensor's sum is finite when every entry is (a NaN or an
     infinity makes it NaN or infinite), so only a tensor whose sum is not (an entry that is not, or an overflow of
-    finite entries) is checked entry by entry: one reduction instead of a boolean copy (7 µs against 440 µs for a
-    128 × 1280 layer here)."""
+    finite entries) is checked entry by entry: one reduction per tensor instead of a boolean copy of it."""
     return all(
         math.isfinite(v.sum().item()) or bool(torch.isfinite(v).all())
         for v in weights.values()

@@ -1,6 +1,6 @@
 """The generator's server-side Lightning fit (FedCiR, FedGen): E_g Adam steps on the ensemble of the round's client
 heads (the loss: `flsuite.methods.generator_model`). A module of its own, imported by the rounds that train a
-generator, so that runs of other methods never import Lightning (~1.4 s a process)."""
+generator, so that runs of other methods never import Lightning."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ state. Its noise and labels come from the derived server stream.
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +24,24 @@ from flsuite.federation.task import ClientResult, State
 from flsuite.federation.weights import clone_weights
 from flsuite.methods.generator_model import Ensemble, Noise, build_generator, draw_noise
 from flsuite.models.representation import check_contract
+
+#: Names this module held before the generator, its loss and its Lightning fit moved to modules of their own; an old
+#: import still finds them, with a DeprecationWarning.
+_MOVED_NAMES = {
+    **dict.fromkeys(
+        ("ConditionalGenerator", "frozen_generator", "ensemble_loss", "diversity_loss"),
+        "flsuite.methods.generator_model",
+    ),
+    "GeneratorFit": "flsuite.methods.generator_fit",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _MOVED_NAMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} is now {home}.{name}; import it from there", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)
 
 
 def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor, mu_g: torch.Tensor, sigma_g: torch.Tensor) -> torch.Tensor:

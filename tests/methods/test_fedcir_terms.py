@@ -271,3 +271,23 @@ def test_bad_modes_of_the_shared_helpers_name_their_values():
     with pytest.raises(ValueError, match=r"unknown generator ensemble 'per_label' \(logits, mixture or per_client\)"):
         labels = torch.zeros(2, dtype=torch.long)
         ensemble_loss(torch.zeros(2, 8), labels, _heads(1), torch.ones(1, 3), "per_label")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        ("ensemble_loss", "generator_model"),
+        ("ConditionalGenerator", "generator_model"),
+        ("GeneratorFit", "generator_fit"),
+    ],
+)
+def test_the_generators_old_names_still_import_with_a_deprecation_warning(name, home):
+    import importlib
+
+    from flsuite.methods import generators
+
+    with pytest.warns(DeprecationWarning, match=rf"generators\.{name} is now flsuite\.methods\.{home}\.{name}"):
+        found = getattr(generators, name)
+    assert found is getattr(importlib.import_module(f"flsuite.methods.{home}"), name)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        generators.nothing_here  # noqa: B018
