@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,18 +15,22 @@ import flsuite
 
 log = logging.getLogger("flsuite")
 
-#: Modules no config names a class of, left to the fits that use them: they import Lightning, which a run on the CPU's
-#: lean or compiled loop never needs (docs/performance.md, "A run's imports").
-NOT_CONFIGURABLE = ("flsuite.federation.local.trainer", "flsuite.methods.generator_fit")
+
+def not_configurable(module: str) -> bool:
+    """Whether `module`'s package lists it in its `NOT_CONFIGURABLE`: a module of Lightning classes only, built by the
+    fits that use them and never named in a config, which the parser leaves unimported (and Lightning with it, which a
+    run on the CPU's lean or compiled loop never needs: docs/performance.md, "A run's imports")."""
+    package, _, name = module.rpartition(".")
+    return name in getattr(sys.modules.get(package), "NOT_CONFIGURABLE", ())
 
 
 def import_all_modules() -> list[str]:
     """Import every flsuite module so that jsonargparse knows every subclass (short names, `--help` listings), but
-    `NOT_CONFIGURABLE`'s. A module whose optional dependency is missing is skipped (its classes then need the full
-    class_path)."""
+    those `not_configurable` (a package is imported before its modules are listed). A module whose optional dependency
+    is missing is skipped (its classes then need the full class_path)."""
     skipped = []
     for info in pkgutil.walk_packages(flsuite.__path__, "flsuite."):
-        if info.name in (__name__, "flsuite.cli", *NOT_CONFIGURABLE):
+        if info.name in (__name__, "flsuite.cli") or not_configurable(info.name):
             continue
         try:
             importlib.import_module(info.name)

@@ -265,7 +265,7 @@ def test_every_shipped_config_parses_with_and_without_the_ggeur_overlay(path):
 def test_version_and_help_import_no_torch_or_lightning(tmp_path):
     """`flsuite --version`, `--help` and the tools' `--help` import neither torch nor Lightning; nor does `flsuite fit
     --help` once its text is cached, and the cached text is the parser's. The first one builds the full parser: torch,
-    every configurable module, but not Lightning (`NOT_CONFIGURABLE`: a run on the CPU's lean loop never needs it)."""
+    every configurable module, but not Lightning (`not_configurable`: a run on the CPU's lean loop never needs it)."""
     probe = (
         "import sys, flsuite.cli; code = flsuite.cli.main(sys.argv[1:]); "
         "print([m for m in ('torch', 'lightning') if m in sys.modules], code, file=sys.stderr)"
@@ -331,16 +331,21 @@ def test_the_command_runs_main_then_freezes_the_heap_and_is_what_the_console_scr
 
 
 def test_the_modules_the_parser_skips_define_only_lightning_classes():
-    """What `import_all_modules` leaves out (`NOT_CONFIGURABLE`) holds no class a config could name: each class
-    defined there is a Lightning module or callback, built by the fits that use it."""
+    """What `import_all_modules` leaves out (`not_configurable`: the local loops' Trainer module and the generator fit)
+    holds no class a config could name: each class defined there is a Lightning module or callback."""
     import importlib
     import inspect
+    import pkgutil
 
     import lightning as L
 
-    from flsuite.cli_parsers import NOT_CONFIGURABLE
+    import flsuite
+    from flsuite.cli_parsers import import_all_modules, not_configurable
 
-    for name in NOT_CONFIGURABLE:
+    import_all_modules()
+    skipped = [i.name for i in pkgutil.walk_packages(flsuite.__path__, "flsuite.") if not_configurable(i.name)]
+    assert skipped == ["flsuite.federation.local.trainer", "flsuite.methods.generator_fit"]
+    for name in skipped:
         module = importlib.import_module(name)
         defined = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == name]
         assert defined, name

@@ -17,6 +17,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+#: Modules of Lightning classes only, imported by the fits that use them (FedGen's and FedCiR's generator fit); the
+#: fit parser leaves them unimported (`flsuite.cli_parsers.not_configurable`).
+NOT_CONFIGURABLE = ("generator_fit",)
+
 _FKPL = "flsuite.methods.fkpl"
 #: Old module → the modules its names live in now (looked up in this order).
 MOVED: dict[str, tuple[str, ...]] = {
